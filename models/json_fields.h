@@ -1,0 +1,53 @@
+// Typed, validated access to the keys of one JSON object, for the model, cluster and plan readers.
+// Each reader asks for the keys it needs; the first problem (missing key, wrong type, value out of
+// range) is remembered as one line naming the file and key, and later calls are no-ops. The reader
+// checks ok() once at the end, so parsing code stays a flat list of fields.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "models/status.h"
+
+namespace parallax {
+
+// Reads and parses a JSON file; errors name the file and, for syntax errors, the position.
+Result<nlohmann::json> read_json_file(const std::string& path);
+
+class JsonFields {
+ public:
+  // `where` prefixes every message, e.g. "models/13b.json" or "plan.json: network".
+  JsonFields(const nlohmann::json& object, std::string where);
+
+  bool has(const char* key) const;
+  // Integers must be whole JSON numbers >= min.
+  int64_t required_int(const char* key, int64_t min = 1);
+  std::optional<int64_t> optional_int(const char* key, int64_t min = 1);
+  // Numbers must be finite and > 0 unless allow_zero.
+  double required_number(const char* key, bool allow_zero = false);
+  std::optional<double> optional_number(const char* key, bool allow_zero = false);
+  std::string required_string(const char* key);
+  std::optional<std::string> optional_string(const char* key);
+  bool optional_bool(const char* key, bool if_absent);
+  // A nested object; on error returns an empty object and records the problem.
+  const nlohmann::json& required_object(const char* key);
+
+  // Records a problem found by the caller (e.g. a cross-field constraint).
+  void fail(const std::string& key, const std::string& problem);
+
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+  const std::string& where() const { return where_; }
+
+ private:
+  const nlohmann::json* find(const char* key) const;
+
+  const nlohmann::json& object_;
+  std::string where_;
+  std::string error_;
+};
+
+}  // namespace parallax

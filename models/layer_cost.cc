@@ -1,0 +1,177 @@
+#include "models/layer_cost.h"
+
+#include <algorithm>
+
+namespace parallax {
+
+namespace {
+double d(int64_t x) { return static_cast<double>(x); }
+int64_t mlp_width(const ModelSpec& m) { return m.mlp == Mlp::kSwiGlu ? 2 * m.ffn_hidden : m.ffn_hidden; }
+int64_t mlp_matmuls(const ModelSpec& m) { return m.mlp == Mlp::kSwiGlu ? 3 : 2; }
+int64_t norm_params(const ModelSpec& m) { return m.norm == Norm::kLayerNorm ? 2 * m.hidden : m.hidden; }
+}  // namespace
+
+LayerParams layer_params(const ModelSpec& m) {
+  LayerParams p;
+  const int64_t h = m.hidden, f = m.ffn_hidden;
+  // Q and O are h x q_dim, K and V are h x kv_dim; all are split over TP (column / row parallel).
+  p.tp_sharded += h * (2 * m.q_dim() + 2 * m.kv_dim());
+  p.tp_sharded += m.experts * mlp_matmuls(m) * h * f;
+  if (m.linear_bias) {
+    p.tp_sharded += m.q_dim() + 2 * m.kv_dim() + f;  // column-parallel biases (QKV, FC1)
+    p.replicated += 2 * h;                           // row-parallel biases (O, FC2)
+  } else if (m.qkv_bias) {
+    p.tp_sharded += m.q_dim() + 2 * m.kv_dim();
+  }
+  if (m.is_moe()) p.replicated += h * m.experts;  // router
+  p.replicated += 2 * norm_params(m);
+  return p;
+}
+
+EdgeParams edge_params(const ModelSpec& m) {
+  EdgeParams e;
+  e.token_embedding = m.vocab * m.hidden;
+  if (m.positions == Positions::kLearned) e.position_embedding = m.max_positions * m.hidden;
+  if (!m.tied_embeddings) e.output_head = m.vocab * m.hidden;
+  e.final_norm = norm_params(m);
+  return e;
+}
+
+int64_t total_params(const ModelSpec& m) {
+  const EdgeParams e = edge_params(m);
+  return m.layers * layer_params(m).total() + e.token_embedding + e.position_embedding +
+         e.output_head + e.final_norm;
+}
+
+int64_t active_matmul_weights_per_layer(const ModelSpec& m) {
+  const int64_t h = m.hidden;
+  int64_t w = h * (2 * m.q_dim() + 2 * m.kv_dim());
+  w += m.experts_per_token * mlp_matmuls(m) * h * m.ffn_hidden;
+  if (m.is_moe()) w += h * m.experts;
+  return w;
+}
+
+double attention_core_flops_per_token(const ModelSpec& m, int64_t seq_len) {
+  // QK^T: 2*s*head_dim per head, AV: the same; over a heads: 4*s*q_dim.
+  return 4.0 * d(seq_len) * d(m.q_dim());
+}
+
+PassFlops layer_flops_per_token(const ModelSpec& m, int64_t seq_len) {
+  const double matmul = 2.0 * d(active_matmul_weights_per_layer(m));
+  const double core = attention_core_flops_per_token(m, seq_len);
+  PassFlops p;
+  p.forward = matmul + core;
+  // Each weight GEMM's backward is two GEMMs of its size (dX and dW); the attention core has no
+  // weights, so both of its backward products are input gradients.
+  p.backward_input = matmul + 2.0 * core;
+  p.backward_weight = matmul;
+  return p;
+}
+
+PassFlops logits_flops_per_token(const ModelSpec& m) {
+  const double fwd = 2.0 * d(m.hidden) * d(m.vocab);
+  return {fwd, fwd, fwd};
+}
+
+double model_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch) {
+  const PassFlops layer = layer_flops_per_token(m, seq_len);
+  const PassFlops logits = logits_flops_per_token(m);
+  const double per_token = d(m.layers) * (layer.forward + layer.backward()) + logits.forward +
+                           logits.backward();
+  return per_token * d(seq_len) * d(global_batch);
+}
+
+double hardware_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch,
+                               Recompute recompute) {
+  double extra_per_token = 0;
+  if (recompute == Recompute::kFull) extra_per_token = layer_flops_per_token(m, seq_len).forward;
+  if (recompute == Recompute::kSelective) extra_per_token = attention_core_flops_per_token(m, seq_len);
+  return model_flops_per_step(m, seq_len, global_batch) +
+         d(m.layers) * extra_per_token * d(seq_len) * d(global_batch);
+}
+
+std::vector<Gemm> layer_gemms(const ModelSpec& m, int64_t seq_len, int64_t micro_batch, int64_t tp) {
+  const int64_t tokens = seq_len * micro_batch, h = m.hidden;
+  const int64_t heads = m.heads / tp;
+  std::vector<Gemm> g;
+  g.push_back({"qkv", tokens, (m.q_dim() + 2 * m.kv_dim()) / tp, h});
+  g.push_back({"scores", seq_len, seq_len, m.head_dim, micro_batch * heads});
+  g.push_back({"attn_v", seq_len, m.head_dim, seq_len, micro_batch * heads});
+  g.push_back({"proj", tokens, h, m.q_dim() / tp});
+  if (m.is_moe()) {
+    g.push_back({"router", tokens, m.experts, h});
+    const int64_t per_expert = std::max<int64_t>(1, tokens * m.experts_per_token / m.experts);
+    g.push_back({"fc1", per_expert, mlp_width(m) / tp, h, m.experts});
+    g.push_back({"fc2", per_expert, h, m.ffn_hidden / tp, m.experts});
+  } else {
+    g.push_back({"fc1", tokens, mlp_width(m) / tp, h});
+    g.push_back({"fc2", tokens, h, m.ffn_hidden / tp});
+  }
+  return g;
+}
+
+double layer_elementwise_bytes_per_token(const ModelSpec& m, int64_t seq_len, int64_t tp,
+                                         bool sequence_parallel, AttentionKernel kernel) {
+  const double h = d(m.hidden), t = d(tp), rep = sequence_parallel ? t : 1.0;
+  const double routed = d(m.experts_per_token);
+  double replicated = 8 * h + 12 * h;  // 2 norms (r 2h, w 2h); 2 residual adds (r 4h, w 2h)
+  if (m.dropout) replicated += 10 * h;  // 2 hidden dropouts: r 2h, w 2h, mask h
+  double parallel = routed * (m.mlp == Mlp::kSwiGlu ? 6.0 * d(m.ffn_hidden)   // r 4f, w 2f
+                                                    : 4.0 * d(m.ffn_hidden));  // r 2f, w 2f
+  if (m.positions == Positions::kRotary) parallel += 4.0 * d(m.q_dim() + m.kv_dim());
+  if (kernel == AttentionKernel::kMaterialized) {
+    const double scores = d(m.heads) * d(seq_len);  // a*s scores per token
+    parallel += 4 * scores;                         // fused scale-mask-softmax: r 2, w 2
+    if (m.dropout) parallel += 5 * scores;          // r 2, w 2, mask 1
+  }
+  return replicated / rep + parallel / t;
+}
+
+LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOptions& o) {
+  const double tokens = d(o.seq_len) * d(o.micro_batch);
+  const double h = d(m.hidden), t = d(o.tp), rep = o.sequence_parallel ? t : 1.0;
+  LayerActivations a;
+  if (o.recompute == Recompute::kFull) {
+    a.attention = 2 * h / rep * tokens;  // only the layer's input survives; counted here
+    return a;
+  }
+  const double mask = m.dropout ? 1.0 : 0.0;
+  // Attention: QKV input 2h (replicated), Q and K 2q + 2kv, V 2kv, projection input 2q, dropout
+  // mask h (replicated). GPT (q = kv = h): 2h + 4h + 2h + 2h + h = 11h.
+  double att_rep = 2 * h + mask * h;
+  double att_par = 2 * d(m.q_dim()) + 4 * d(m.kv_dim()) + 2 * d(m.q_dim());
+  if (o.recompute == Recompute::kNone) {
+    const double a_s = d(m.heads) * d(o.seq_len);
+    if (o.attention == AttentionKernel::kMaterialized) {
+      // softmax output 2as, dropout mask as and output 2as (Korthikanti's 5as); without dropout
+      // AV reads the softmax output itself: 2as.
+      att_par += m.dropout ? 5 * a_s : 2 * a_s;
+    } else {
+      att_par += 4 * d(m.heads);  // fp32 log-sum-exp per head
+    }
+  }
+  // MLP: FC1 input 2h (replicated), activation input and output (GELU 2f + 2f; SwiGLU gate and up
+  // 4f + output 2f) per routed expert, dropout mask h (replicated). GPT: 2h + 16h + h = 19h.
+  const double f = d(m.ffn_hidden), routed = d(m.experts_per_token);
+  double mlp_rep = 2 * h + mask * h;
+  double mlp_par = routed * (m.mlp == Mlp::kSwiGlu ? 6 * f : 4 * f);
+  if (m.is_moe()) mlp_rep += routed * 2 * h + 4 * d(m.experts);  // permuted tokens, fp32 router probs
+  a.attention = (att_rep / rep + att_par / t) * tokens;
+  a.mlp = (mlp_rep / rep + mlp_par / t) * tokens;
+  a.norms = 2 * 2 * h / rep * tokens;  // the inputs of both norms
+  return a;
+}
+
+double first_stage_extra_activation_bytes(const ModelSpec& m, const ActivationOptions& o) {
+  const double rep = o.sequence_parallel ? d(o.tp) : 1.0;
+  return m.dropout ? d(o.seq_len) * d(o.micro_batch) * d(m.hidden) / rep : 0.0;
+}
+
+double last_stage_extra_activation_bytes(const ModelSpec& m, const ActivationOptions& o) {
+  const double tokens = d(o.seq_len) * d(o.micro_batch);
+  const double rep = o.sequence_parallel ? d(o.tp) : 1.0;
+  // final norm input 2h, output projection input 2h, fp32 vocab-parallel logits 4V/t.
+  return tokens * (4 * d(m.hidden) / rep + 4 * d(m.vocab) / d(o.tp));
+}
+
+}  // namespace parallax

@@ -1,0 +1,110 @@
+// Per-layer costs of a ModelSpec: parameters, FLOPs of the forward, input-gradient and
+// weight-gradient passes, the GEMM shapes and memory-bound bytes behind them, and the activation
+// bytes a layer keeps for its backward pass under each recompute / TP / sequence-parallel mode.
+// These are the records the memory model, the analytical step model and the simulator consume.
+//
+// Conventions (DESIGN.md): FLOPs count a multiply-add as 2; attention counts the full s x s square
+// (QK^T and AV: 4*s*q_dim per token) even though the mask makes half of it dead work; backward =
+// 2 x forward, split into input-gradient (B) and weight-gradient (W) passes. Activations are 16-bit
+// (2 bytes), dropout masks 1 byte, following Korthikanti et al. 2022.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/model_spec.h"
+
+namespace parallax {
+
+enum class Recompute { kNone, kSelective, kFull };
+// Training precision: fp32, or mixed precision with 16-bit weights/activations and fp32 master
+// weights and optimizer states.
+enum class Precision { kFp32, kBf16, kFp16 };
+// materialized: the s x s scores are written to memory (softmax, dropout as separate kernels), as in
+// Megatron-LM 2022; flash: one fused kernel keeps only the log-sum-exp and skips masked blocks.
+enum class AttentionKernel { kMaterialized, kFlash };
+
+// Parameters of one transformer layer, split by how tensor parallelism treats them.
+struct LayerParams {
+  int64_t tp_sharded = 0;  // matmul weights and column-parallel biases: divided by t
+  int64_t replicated = 0;  // norms, row-parallel biases, MoE router: every TP rank holds them
+  int64_t total() const { return tp_sharded + replicated; }
+};
+LayerParams layer_params(const ModelSpec& m);
+
+// Parameters outside the transformer layers.
+struct EdgeParams {
+  int64_t token_embedding = 0;     // V x h, vocab-parallel (divided by t), first stage
+  int64_t position_embedding = 0;  // s_max x h for learned positions, replicated, first stage
+  int64_t output_head = 0;         // V x h when untied, vocab-parallel, last stage
+  int64_t final_norm = 0;          // replicated, last stage
+};
+EdgeParams edge_params(const ModelSpec& m);
+
+int64_t total_params(const ModelSpec& m);
+// Weights a token touches in its matmuls in one layer (MoE: only the top-k experts).
+int64_t active_matmul_weights_per_layer(const ModelSpec& m);
+
+// FLOPs per token of one layer at sequence length s (attention grows with s).
+struct PassFlops {
+  double forward = 0;
+  double backward_input = 0;   // B: gradients w.r.t. inputs, incl. attention core backward
+  double backward_weight = 0;  // W: gradients w.r.t. weights
+  double backward() const { return backward_input + backward_weight; }
+};
+PassFlops layer_flops_per_token(const ModelSpec& m, int64_t seq_len);
+// The forward FLOPs of attention's QK^T and AV alone, per token (full square).
+double attention_core_flops_per_token(const ModelSpec& m, int64_t seq_len);
+// Output layer, per token: forward 2*h*V, backward twice that.
+PassFlops logits_flops_per_token(const ModelSpec& m);
+
+// Model FLOPs of one step (no recompute): 3 x forward over all layers and the logits.
+double model_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch);
+// Hardware FLOPs: model FLOPs plus what recomputation re-executes (one forward of every layer for
+// full recompute; the attention core's forward for selective).
+double hardware_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch,
+                               Recompute recompute);
+
+// One GEMM of a layer's forward pass on one TP rank: `batch` independent M x N x K products.
+struct Gemm {
+  const char* name;
+  int64_t m, n, k;
+  int64_t batch = 1;
+  double flops() const { return 2.0 * static_cast<double>(m) * n * k * batch; }
+};
+// The forward GEMMs of one layer for a micro-batch of b sequences of length s on TP degree t
+// (attention core included, as batched GEMMs over heads). Backward runs two GEMMs of the same size
+// per forward GEMM. MoE experts assume tokens are spread evenly over experts.
+std::vector<Gemm> layer_gemms(const ModelSpec& m, int64_t seq_len, int64_t micro_batch, int64_t tp);
+
+// Bytes read + written by the memory-bound kernels (norms, residuals, activation function, RoPE,
+// dropout, and for materialized attention the softmax over scores) of one layer's forward, per
+// token, per TP rank. Backward moves about twice as much.
+double layer_elementwise_bytes_per_token(const ModelSpec& m, int64_t seq_len, int64_t tp,
+                                         bool sequence_parallel, AttentionKernel kernel);
+
+struct ActivationOptions {
+  int64_t seq_len = 0;
+  int64_t micro_batch = 1;
+  int64_t tp = 1;
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::kNone;
+  AttentionKernel attention = AttentionKernel::kMaterialized;
+};
+
+// Activation bytes one layer keeps per micro-batch on one GPU until its backward.
+struct LayerActivations {
+  double attention = 0;  // incl. the input of the QKV projection and the post-attention dropout
+  double mlp = 0;
+  double norms = 0;      // inputs of the two norms
+  double total() const { return attention + mlp + norms; }
+};
+LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOptions& o);
+
+// Activation bytes outside the layers for one micro-batch on one GPU: the embedding's dropout
+// mask (first stage) and the final norm, output projection input and fp32 cross-entropy logits
+// (last stage).
+double first_stage_extra_activation_bytes(const ModelSpec& m, const ActivationOptions& o);
+double last_stage_extra_activation_bytes(const ModelSpec& m, const ActivationOptions& o);
+
+}  // namespace parallax

@@ -1,0 +1,144 @@
+#include "models/model_spec.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "models/json_fields.h"
+
+namespace parallax {
+
+namespace {
+
+bool any_dropout(JsonFields& f, std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
+    if (f.optional_number(key, /*allow_zero=*/true).value_or(0.0) > 0.0) return true;
+  }
+  return false;
+}
+
+// GPT2Config: learned positions, LayerNorm, GELU, biases everywhere, tied embeddings.
+void read_gpt2(JsonFields& f, ModelSpec& m) {
+  m.norm = Norm::kLayerNorm;
+  m.mlp = Mlp::kGelu;
+  m.positions = Positions::kLearned;
+  m.hidden = f.required_int("n_embd");
+  m.layers = f.required_int("n_layer");
+  m.heads = f.required_int("n_head");
+  m.kv_heads = m.heads;
+  m.vocab = f.required_int("vocab_size");
+  m.max_positions = f.required_int("n_positions");
+  // GPT2Config documents n_inner = null as 4 * n_embd.
+  m.ffn_hidden = f.optional_int("n_inner").value_or(4 * m.hidden);
+  m.tied_embeddings = f.optional_bool("tie_word_embeddings", true);
+  m.linear_bias = true;
+  // GPT2Config's defaults for the three dropouts are 0.1.
+  m.dropout = !f.has("resid_pdrop") && !f.has("attn_pdrop") && !f.has("embd_pdrop")
+                  ? true
+                  : any_dropout(f, {"resid_pdrop", "attn_pdrop", "embd_pdrop"});
+  if (f.ok() && m.hidden % m.heads != 0) f.fail("n_embd", "must be a multiple of n_head");
+  if (f.ok()) m.head_dim = m.hidden / m.heads;
+}
+
+// LlamaConfig and its relatives (Mistral, Mixtral, Qwen2): RMSNorm, SwiGLU, rotary positions.
+void read_llama_family(JsonFields& f, ModelSpec& m) {
+  m.norm = Norm::kRmsNorm;
+  m.mlp = Mlp::kSwiGlu;
+  m.positions = Positions::kRotary;
+  m.hidden = f.required_int("hidden_size");
+  m.ffn_hidden = f.required_int("intermediate_size");
+  m.layers = f.required_int("num_hidden_layers");
+  m.heads = f.required_int("num_attention_heads");
+  // Hugging Face: num_key_value_heads = null means multi-head attention (k = a).
+  m.kv_heads = f.optional_int("num_key_value_heads").value_or(m.heads);
+  m.vocab = f.required_int("vocab_size");
+  m.max_positions = f.required_int("max_position_embeddings");
+  m.tied_embeddings = f.optional_bool("tie_word_embeddings", false);
+  m.qkv_bias = m.model_type == "qwen2" || f.optional_bool("attention_bias", false);
+  m.dropout = any_dropout(f, {"attention_dropout", "hidden_dropout"});
+  if (m.model_type == "mixtral") {
+    m.experts = f.required_int("num_local_experts");
+    m.experts_per_token = f.required_int("num_experts_per_tok");
+    if (f.ok() && m.experts_per_token > m.experts)
+      f.fail("num_experts_per_tok", "exceeds num_local_experts");
+  }
+  if (f.ok() && m.heads % m.kv_heads != 0)
+    f.fail("num_key_value_heads", "must divide num_attention_heads");
+  if (f.has("head_dim")) {
+    m.head_dim = f.required_int("head_dim");
+  } else if (f.ok()) {
+    if (m.hidden % m.heads != 0) f.fail("hidden_size", "must be a multiple of num_attention_heads");
+    m.head_dim = m.hidden / std::max<int64_t>(m.heads, 1);
+  }
+}
+
+std::string infer_model_type(JsonFields& f, const nlohmann::json& config) {
+  if (auto type = f.optional_string("model_type")) return *type;
+  // Older exports only name the class in "architectures".
+  auto it = config.find("architectures");
+  if (it != config.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
+    std::string arch = (*it)[0].get<std::string>();
+    for (const char* type : {"GPT2", "Llama", "Mistral", "Mixtral", "Qwen2"}) {
+      if (arch.rfind(type, 0) == 0) {
+        std::string lower = type;
+        for (char& c : lower) c = static_cast<char>(std::tolower(c));
+        return lower;
+      }
+    }
+  }
+  f.fail("model_type", "missing (and no known entry in 'architectures')");
+  return {};
+}
+
+}  // namespace
+
+std::string ModelSpec::architecture() const {
+  std::string base = mlp == Mlp::kGelu ? "gpt" : "llama";
+  return is_moe() ? base + "-moe" : base;
+}
+
+Result<ModelSpec> model_from_hf_config(const nlohmann::json& config, const std::string& where) {
+  JsonFields f(config, where);
+  ModelSpec m;
+  m.model_type = infer_model_type(f, config);
+  if (!f.ok()) return Error{f.error()};
+  if (m.model_type == "gpt2") {
+    read_gpt2(f, m);
+  } else if (m.model_type == "llama" || m.model_type == "mistral" || m.model_type == "mixtral" ||
+             m.model_type == "qwen2") {
+    read_llama_family(f, m);
+  } else {
+    f.fail("model_type", "unsupported '" + m.model_type +
+                             "' (supported: gpt2, llama, mistral, mixtral, qwen2)");
+  }
+  if (!f.ok()) return Error{f.error()};
+  m.name = m.model_type;
+  return m;
+}
+
+std::string data_dir() {
+  if (const char* dir = std::getenv("PARALLAX_DATA_DIR"); dir && *dir) return dir;
+  return PARALLAX_SOURCE_DIR;
+}
+
+std::string resolve_data_file(const std::string& name_or_path, const std::string& subdir) {
+  namespace fs = std::filesystem;
+  if (fs::is_regular_file(name_or_path)) return name_or_path;
+  const fs::path dir = fs::path(data_dir()) / subdir;
+  const fs::path name = fs::path(name_or_path).filename();
+  for (const fs::path& candidate : {dir / name, dir / (name.string() + ".json")}) {
+    if (fs::is_regular_file(candidate)) return candidate.string();
+  }
+  return name_or_path;  // let the reader report "cannot open"
+}
+
+Result<ModelSpec> load_model(const std::string& name_or_path) {
+  const std::string path = resolve_data_file(name_or_path, "models");
+  Result<nlohmann::json> config = read_json_file(path);
+  if (!config.ok()) return Error{config.error()};
+  Result<ModelSpec> model = model_from_hf_config(*config, path);
+  if (!model.ok()) return model;
+  model->name = std::filesystem::path(path).stem().string();
+  return model;
+}
+
+}  // namespace parallax

@@ -1,0 +1,60 @@
+// ModelSpec: what is trained — the shape of a decoder-only transformer, read from a Hugging Face
+// config.json exactly as published (GPT-2, Llama, Mistral, Mixtral, Qwen2). It is the first of the
+// three inputs (model, cluster, plan); layer_cost.h turns it into parameters, FLOPs and bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "models/status.h"
+
+namespace parallax {
+
+enum class Norm { kLayerNorm, kRmsNorm };
+enum class Mlp { kGelu, kSwiGlu };           // GELU: h->f->h; SwiGLU: h->2f (gate, up) -> f -> h
+enum class Positions { kLearned, kRotary };  // learned: an s_max x h table on the first stage
+
+struct ModelSpec {
+  std::string name;        // the file's stem, e.g. "13b"; else the model_type
+  std::string model_type;  // as in config.json: gpt2, llama, mistral, mixtral, qwen2
+  Norm norm = Norm::kRmsNorm;
+  Mlp mlp = Mlp::kSwiGlu;
+  Positions positions = Positions::kRotary;
+
+  int64_t hidden = 0;       // h
+  int64_t ffn_hidden = 0;   // f, per expert for MoE
+  int64_t layers = 0;       // L
+  int64_t heads = 0;        // a
+  int64_t kv_heads = 0;     // k (= a without GQA)
+  int64_t head_dim = 0;     // h / a unless the config says otherwise
+  int64_t vocab = 0;        // V
+  int64_t max_positions = 0;
+  bool tied_embeddings = false;
+  bool linear_bias = false;  // GPT-2: every linear and norm has a bias
+  bool qkv_bias = false;     // Qwen2 / attention_bias: only Q, K, V projections have a bias
+  int64_t experts = 1;            // Mixtral: num_local_experts
+  int64_t experts_per_token = 1;  // Mixtral: num_experts_per_tok (top-k)
+  bool dropout = false;           // any dropout > 0: 1-byte masks are stored (Korthikanti)
+
+  int64_t q_dim() const { return heads * head_dim; }
+  int64_t kv_dim() const { return kv_heads * head_dim; }
+  bool is_moe() const { return experts > 1; }
+  std::string architecture() const;  // "gpt" or "llama" family, for reports
+};
+
+// Reads a Hugging Face config.json object; `where` names the source in error messages.
+Result<ModelSpec> model_from_hf_config(const nlohmann::json& config, const std::string& where);
+
+// Reads a model file. `name_or_path` is a path, or a name found as models/NAME.json in the data
+// directory (PARALLAX_DATA_DIR, else the source tree).
+Result<ModelSpec> load_model(const std::string& name_or_path);
+
+// Where bundled data lives: $PARALLAX_DATA_DIR if set, else the source tree.
+std::string data_dir();
+
+// Resolves `name_or_path` against `subdir` of data_dir(): "13b", "13b.json", "models/13b.json".
+std::string resolve_data_file(const std::string& name_or_path, const std::string& subdir);
+
+}  // namespace parallax

@@ -1,0 +1,134 @@
+#include "planner/export.h"
+
+#include <sstream>
+
+namespace parallax {
+
+nlohmann::json evaluation_to_json(const ModelSpec& m, const Plan& plan, const Estimate& e) {
+  nlohmann::json j = plan_to_json(plan);
+  j["gpus"] = plan.gpus();
+  j["micro_batches"] = plan.micro_batches();
+  j["params_total"] = total_params(m);
+  j["memory_bytes"] = {{"weights", e.memory.weights},     {"gradients", e.memory.gradients},
+                       {"optimizer", e.memory.optimizer}, {"activations", e.memory.activations},
+                       {"buffers", e.memory.buffers},     {"margin", e.memory.margin},
+                       {"host", e.memory.host}};
+  j["peak_memory_bytes"] = e.peak_memory_bytes;
+  j["fits_in_memory"] = e.fits_in_memory;
+  j["fits_in_host_memory"] = e.fits_in_host_memory;
+  j["step_time_s"] = e.step_time_s;
+  j["time_breakdown_s"] = {{"pipeline", e.pipeline_s},     {"dp_exposed", e.dp_exposed_s},
+                           {"optimizer", e.optimizer_s},   {"overhead", e.overhead_s},
+                           {"tp_on_critical_path", e.tp_exposed_s}};
+  j["tokens_per_s"] = e.tokens_per_s;
+  j["mfu"] = e.mfu;
+  j["model_tflops_per_gpu"] = e.model_tflops_per_gpu;
+  j["hardware_tflops_per_gpu"] = e.hardware_tflops_per_gpu;
+  j["bubble_fraction"] = e.bubble_fraction;
+  j["comm_bytes_per_gpu"] = {{"tp", e.comm_bytes_per_gpu.tp}, {"pp", e.comm_bytes_per_gpu.pp},
+                             {"dp", e.comm_bytes_per_gpu.dp}};
+  return j;
+}
+
+Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
+  if (p.zero >= 2)
+    return Error{"--emit megatron: zero " + std::to_string(p.zero) +
+                 " has no Megatron-LM equivalent (zero 1 = --use-distributed-optimizer); use --emit deepspeed"};
+  if (p.schedule == Schedule::kGpipe || p.schedule == Schedule::kZbH1)
+    if (p.pp > 1)
+      return Error{std::string("--emit megatron: schedule ") + schedule_name(p.schedule) +
+                   " is not in Megatron-LM (it runs 1f1b or interleaved)"};
+  std::vector<std::string> a;
+  auto arg = [&](const std::string& flag, auto value) {
+    std::ostringstream s;
+    s << flag << " " << value;
+    a.push_back(s.str());
+  };
+  arg("--tensor-model-parallel-size", p.tp);
+  arg("--pipeline-model-parallel-size", p.pp);
+  if (p.schedule == Schedule::kInterleaved)
+    arg("--num-layers-per-virtual-pipeline-stage", p.layers_per_chunk(m.layers));
+  if (p.sequence_parallel) a.push_back("--sequence-parallel");
+  arg("--micro-batch-size", p.micro_batch);
+  arg("--global-batch-size", p.global_batch);
+  arg("--seq-length", p.seq_len);
+  arg("--max-position-embeddings", m.max_positions);
+  arg("--num-layers", m.layers);
+  arg("--hidden-size", m.hidden);
+  arg("--ffn-hidden-size", m.ffn_hidden);
+  arg("--num-attention-heads", m.heads);
+  if (m.head_dim * m.heads != m.hidden) arg("--kv-channels", m.head_dim);
+  if (m.kv_heads != m.heads) {
+    a.push_back("--group-query-attention");
+    arg("--num-query-groups", m.kv_heads);
+  }
+  if (m.is_moe()) {
+    arg("--num-experts", m.experts);
+    arg("--moe-router-topk", m.experts_per_token);
+  }
+  if (m.mlp == Mlp::kSwiGlu) a.push_back("--swiglu");
+  if (m.norm == Norm::kRmsNorm) arg("--normalization", "RMSNorm");
+  arg("--position-embedding-type", m.positions == Positions::kRotary ? "rope" : "learned_absolute");
+  if (!m.tied_embeddings) a.push_back("--untie-embeddings-and-output-weights");
+  if (!m.linear_bias) a.push_back("--disable-bias-linear");
+  if (m.qkv_bias && !m.linear_bias) a.push_back("--add-qkv-bias");
+  if (!m.dropout) {
+    arg("--attention-dropout", "0.0");
+    arg("--hidden-dropout", "0.0");
+  }
+  if (p.precision == Precision::kBf16) a.push_back("--bf16");
+  if (p.precision == Precision::kFp16) a.push_back("--fp16");
+  if (p.zero == 1) a.push_back("--use-distributed-optimizer");
+  if (p.offload) {
+    a.push_back("--optimizer-cpu-offload");
+  }
+  if (p.recompute == Recompute::kSelective) arg("--recompute-granularity", "selective");
+  if (p.recompute == Recompute::kFull) {
+    arg("--recompute-granularity", "full");
+    arg("--recompute-method", "uniform");
+    arg("--recompute-num-layers", 1);
+  }
+  if (p.execution.attention == AttentionKernel::kFlash) a.push_back("--use-flash-attn");
+  if (p.execution.overlap_grad_reduce) a.push_back("--overlap-grad-reduce");
+
+  std::ostringstream out;
+  out << "# Megatron-LM arguments: " << p.gpus() << " GPUs = TP " << p.tp << " x PP " << p.pp << " x DP "
+      << p.dp << " (DP follows from the world size)\n";
+  for (size_t i = 0; i < a.size(); ++i) out << a[i] << (i + 1 < a.size() ? " \\\n" : "\n");
+  return out.str();
+}
+
+Result<nlohmann::json> deepspeed_config(const Plan& p) {
+  if (p.pp > 1 && p.schedule != Schedule::k1F1B)
+    return Error{std::string("--emit deepspeed: DeepSpeed pipelines run 1f1b only, not ") + schedule_name(p.schedule)};
+  if (p.sequence_parallel)
+    return Error{"--emit deepspeed: Megatron-style sequence parallelism has no DeepSpeed setting"};
+  if (p.recompute == Recompute::kSelective)
+    return Error{"--emit deepspeed: selective recompute has no DeepSpeed setting (use none or full)"};
+  nlohmann::json j;
+  j["train_batch_size"] = p.global_batch;
+  j["train_micro_batch_size_per_gpu"] = p.micro_batch;
+  j["gradient_accumulation_steps"] = p.micro_batches();
+  j["gradient_clipping"] = 1.0;
+  if (p.precision == Precision::kBf16) j["bf16"] = {{"enabled", true}};
+  if (p.precision == Precision::kFp16)
+    j["fp16"] = {{"enabled", true}, {"loss_scale", 0}, {"initial_scale_power", 16},
+                 {"loss_scale_window", 1000}, {"hysteresis", 2}, {"min_loss_scale", 1}};
+  nlohmann::json zero = {{"stage", p.zero},
+                         {"overlap_comm", p.execution.overlap_grad_reduce},
+                         {"reduce_bucket_size", static_cast<int64_t>(p.execution.dp_bucket_mib * 1048576 / 2)}};
+  if (p.offload) {
+    zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
+    if (p.zero == 3) zero["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
+  }
+  j["zero_optimization"] = zero;
+  if (p.tp > 1) j["tensor_parallel"] = {{"autotp_size", p.tp}};
+  if (p.pp > 1)
+    j["pipeline"] = {{"stages", p.pp}, {"partition", "parameters"},
+                     {"activation_checkpoint_interval", p.recompute == Recompute::kFull ? 1 : 0}};
+  if (p.recompute == Recompute::kFull)
+    j["activation_checkpointing"] = {{"partition_activations", false}, {"contiguous_memory_optimization", false}};
+  return j;
+}
+
+}  // namespace parallax

@@ -1,0 +1,22 @@
+// Exporters: a plan and its estimate as Parallax JSON (the results contract of DESIGN.md), as
+// Megatron-LM command-line arguments, or as a DeepSpeed configuration. A plan a framework cannot
+// express (e.g. ZeRO-3 in Megatron-LM) is an error naming the setting, never a silent change.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "models/model_spec.h"
+#include "planner/estimate.h"
+#include "planner/plan.h"
+
+namespace parallax {
+
+// The plan's fields plus params_total, memory_bytes{...}, peak_memory_bytes, step_time_s, ...
+nlohmann::json evaluation_to_json(const ModelSpec& m, const Plan& plan, const Estimate& e);
+
+Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& plan);
+Result<nlohmann::json> deepspeed_config(const Plan& plan);
+
+}  // namespace parallax

@@ -1,0 +1,109 @@
+#include "planner/memory_model.h"
+
+#include <algorithm>
+
+namespace parallax {
+
+namespace {
+double d(int64_t x) { return static_cast<double>(x); }
+constexpr double kMiB = 1048576.0;
+}  // namespace
+
+ModelStateBytesPerParam bytes_per_param(Precision p) {
+  // Mixed precision: 16-bit weights and gradients, fp32 master weights + Adam m and v (K = 12).
+  // fp32: weights, gradients, m, v at 4 bytes each.
+  if (p == Precision::kFp32) return {4, 4, 8};
+  return {2, 2, 12};
+}
+
+double zero_model_state_bytes(double params, int64_t dp, int zero_stage, Precision p) {
+  const ModelStateBytesPerParam b = bytes_per_param(p);
+  const double n = d(dp);
+  double weights = b.weights * params, grads = b.gradients * params, opt = b.optimizer * params;
+  if (zero_stage >= 1) opt /= n;
+  if (zero_stage >= 2) grads /= n;
+  if (zero_stage >= 3) weights /= n;
+  return weights + grads + opt;
+}
+
+int64_t in_flight_chunk_passes(Schedule s, int64_t pp, int64_t m, int64_t v, int64_t stage) {
+  switch (s) {
+    case Schedule::kGpipe: return m;
+    case Schedule::k1F1B:
+    case Schedule::kZbH1: return std::min(pp - stage, m);
+    case Schedule::kInterleaved: return std::min(m * v, 2 * (pp - stage - 1) + (v - 1) * pp + 1);
+  }
+  return m;
+}
+
+double stage_params_per_gpu(const ModelSpec& m, const Plan& plan, int64_t stage) {
+  const LayerParams lp = layer_params(m);
+  const EdgeParams e = edge_params(m);
+  const double t = d(plan.tp);
+  double params = d(m.layers / plan.pp) * (d(lp.tp_sharded) / t + d(lp.replicated));
+  if (stage == 0) params += d(e.token_embedding) / t + d(e.position_embedding);
+  if (stage == plan.pp - 1) {
+    params += d(e.final_norm);
+    // Megatron keeps a copy of a tied embedding on the last stage and all-reduces its gradient.
+    if (m.tied_embeddings) {
+      if (plan.pp > 1) params += d(e.token_embedding) / t;
+    } else {
+      params += d(e.output_head) / t;
+    }
+  }
+  return params;
+}
+
+MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage, double reserved_bytes) {
+  MemoryBreakdown mem;
+  const ModelStateBytesPerParam bpp = bytes_per_param(plan.precision);
+  const double params = stage_params_per_gpu(m, plan, stage);
+  const double dp = d(plan.dp);
+  mem.weights = params * bpp.weights / (plan.zero >= 3 ? dp : 1.0);
+  mem.gradients = params * bpp.gradients / (plan.zero >= 2 ? dp : 1.0);
+  mem.optimizer = params * bpp.optimizer / (plan.zero >= 1 ? dp : 1.0);
+  if (plan.offload) {
+    mem.host += mem.optimizer;
+    mem.optimizer = 0;
+    if (plan.zero >= 3) {
+      mem.host += mem.weights;
+      mem.weights = 0;
+    }
+  }
+
+  const ActivationOptions ao{plan.seq_len, plan.micro_batch, plan.tp, plan.sequence_parallel,
+                             plan.recompute, plan.execution.attention};
+  const int64_t mbs = plan.micro_batches();
+  const double per_layer = layer_activation_bytes(m, ao).total();
+  const int64_t passes = in_flight_chunk_passes(plan.schedule, plan.pp, mbs, plan.virtual_stages, stage);
+  double acts = d(passes) * d(plan.layers_per_chunk(m.layers)) * per_layer;
+  const bool gpipe = plan.schedule == Schedule::kGpipe;
+  if (stage == 0) acts += first_stage_extra_activation_bytes(m, ao) * d(gpipe ? mbs : std::min(plan.pp, mbs));
+  if (stage == plan.pp - 1) acts += last_stage_extra_activation_bytes(m, ao) * d(gpipe ? mbs : 1);
+  // The per-layer formulas assume 16-bit activations; fp32 training stores twice the bytes.
+  mem.activations = acts * (plan.precision == Precision::kFp32 ? 2.0 : 1.0);
+
+  const double act_bytes = plan.precision == Precision::kFp32 ? 4.0 : 2.0;
+  const double boundary = d(plan.seq_len) * d(plan.micro_batch) * d(m.hidden) * act_bytes /
+                          (plan.sequence_parallel ? d(plan.tp) : 1.0);
+  if (plan.pp > 1) mem.buffers += 4 * boundary;  // send and receive, forward and backward
+  if (plan.dp > 1) mem.buffers += 2 * plan.execution.dp_bucket_mib * kMiB;  // double-buffered bucket
+  if (plan.zero >= 3 && plan.dp > 1) {
+    // ZeRO-3 gathers the current layer and prefetches the next.
+    mem.buffers += 2 * d(layer_params(m).total()) / d(plan.tp) * bpp.weights;
+  }
+  const double allocated = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.buffers;
+  mem.margin = plan.execution.allocator_margin * allocated + reserved_bytes;
+  return mem;
+}
+
+MemoryBreakdown peak_memory(const ModelSpec& m, const Plan& plan, double reserved_bytes) {
+  // Middle stages hold no embedding or logits and no more in-flight activations than stage 0
+  // (in-flight counts fall with the stage index), so the peak is on the first or the last stage.
+  MemoryBreakdown first = stage_memory(m, plan, 0, reserved_bytes);
+  if (plan.pp == 1) return first;
+  MemoryBreakdown last = stage_memory(m, plan, plan.pp - 1, reserved_bytes);
+  return last.total() > first.total() ? last : first;
+}
+
+}  // namespace parallax

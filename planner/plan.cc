@@ -1,0 +1,205 @@
+#include "planner/plan.h"
+
+#include "models/json_fields.h"
+
+namespace parallax {
+
+namespace {
+template <class E, size_t N>
+std::optional<E> parse_enum(const std::string& s, const std::pair<const char*, E> (&table)[N]) {
+  for (const auto& [name, value] : table)
+    if (s == name) return value;
+  return std::nullopt;
+}
+const std::pair<const char*, Schedule> kSchedules[] = {
+    {"gpipe", Schedule::kGpipe}, {"1f1b", Schedule::k1F1B},
+    {"interleaved", Schedule::kInterleaved}, {"zb-h1", Schedule::kZbH1}};
+const std::pair<const char*, Recompute> kRecomputes[] = {
+    {"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}};
+const std::pair<const char*, Precision> kPrecisions[] = {
+    {"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}};
+const std::pair<const char*, AttentionKernel> kKernels[] = {
+    {"flash", AttentionKernel::kFlash}, {"materialized", AttentionKernel::kMaterialized}};
+
+template <class E, size_t N>
+const char* enum_name(E value, const std::pair<const char*, E> (&table)[N]) {
+  for (const auto& [name, v] : table)
+    if (v == value) return name;
+  return "?";
+}
+}  // namespace
+
+const char* schedule_name(Schedule s) { return enum_name(s, kSchedules); }
+const char* recompute_name(Recompute r) { return enum_name(r, kRecomputes); }
+const char* precision_name(Precision p) { return enum_name(p, kPrecisions); }
+const char* attention_name(AttentionKernel k) { return enum_name(k, kKernels); }
+std::optional<Schedule> parse_schedule(const std::string& s) { return parse_enum(s, kSchedules); }
+std::optional<Recompute> parse_recompute(const std::string& s) { return parse_enum(s, kRecomputes); }
+std::optional<Precision> parse_precision(const std::string& s) { return parse_enum(s, kPrecisions); }
+
+const char* violation_key(Violation v) {
+  switch (v) {
+    case Violation::kNone: return "none";
+    case Violation::kTpHeads: return "tp_does_not_divide_heads";
+    case Violation::kTpKvHeads: return "tp_does_not_divide_kv_heads";
+    case Violation::kTpFfn: return "tp_does_not_divide_ffn_hidden";
+    case Violation::kTpAcrossNodes: return "tp_larger_than_node";
+    case Violation::kLayersPp: return "layers_not_divisible_by_pp_chunks";
+    case Violation::kBatchDivisibility: return "global_batch_not_divisible";
+    case Violation::kInterleavedNeedsPp: return "interleaved_needs_pp_and_chunks";
+    case Violation::kChunksWithoutInterleaving: return "chunks_without_interleaving";
+    case Violation::kInterleavedMicrobatches: return "interleaved_needs_m_multiple_of_pp";
+    case Violation::kSequenceParallelNeedsTp: return "sequence_parallel_needs_tp";
+    case Violation::kZeroStage: return "zero_stage_out_of_range";
+    case Violation::kZeroWithPp: return "zero_2_3_with_pp";
+    case Violation::kOffloadNeedsZero: return "offload_needs_zero";
+    case Violation::kSeqLenTooLong: return "seq_len_exceeds_max_positions";
+    case Violation::kCount: break;
+  }
+  return "?";
+}
+
+Violation first_violation(const Plan& p, const ModelSpec& m, int64_t gpus_per_node) {
+  if (m.heads % p.tp != 0) return Violation::kTpHeads;
+  if (m.kv_heads % p.tp != 0) return Violation::kTpKvHeads;
+  if (m.ffn_hidden % p.tp != 0) return Violation::kTpFfn;
+  if (!p.tp_across_nodes && (p.tp > gpus_per_node || gpus_per_node % p.tp != 0))
+    return Violation::kTpAcrossNodes;
+  if (p.schedule == Schedule::kInterleaved && (p.pp < 2 || p.virtual_stages < 2))
+    return Violation::kInterleavedNeedsPp;
+  if (p.schedule != Schedule::kInterleaved && p.virtual_stages != 1)
+    return Violation::kChunksWithoutInterleaving;
+  if (m.layers % (p.pp * p.virtual_stages) != 0) return Violation::kLayersPp;
+  if (p.global_batch % (p.micro_batch * p.dp) != 0) return Violation::kBatchDivisibility;
+  if (p.schedule == Schedule::kInterleaved && p.micro_batches() % p.pp != 0)
+    return Violation::kInterleavedMicrobatches;
+  if (p.sequence_parallel && p.tp < 2) return Violation::kSequenceParallelNeedsTp;
+  if (p.zero < 0 || p.zero > 3) return Violation::kZeroStage;
+  if (p.zero >= 2 && p.pp > 1) return Violation::kZeroWithPp;
+  if (p.offload && p.zero < 1) return Violation::kOffloadNeedsZero;
+  if (p.seq_len > m.max_positions) return Violation::kSeqLenTooLong;
+  return Violation::kNone;
+}
+
+std::string describe_violation(Violation v, const Plan& p, const ModelSpec& m, int64_t gpus_per_node) {
+  auto s = [](int64_t x) { return std::to_string(x); };
+  switch (v) {
+    case Violation::kNone: return "";
+    case Violation::kTpHeads:
+      return "tp " + s(p.tp) + " does not divide num_attention_heads " + s(m.heads);
+    case Violation::kTpKvHeads:
+      return "tp " + s(p.tp) + " does not divide num_key_value_heads " + s(m.kv_heads);
+    case Violation::kTpFfn:
+      return "tp " + s(p.tp) + " does not divide intermediate_size " + s(m.ffn_hidden);
+    case Violation::kTpAcrossNodes:
+      return "tp " + s(p.tp) + " does not fit in a node of " + s(gpus_per_node) +
+             " GPUs (set tp_across_nodes to allow)";
+    case Violation::kLayersPp:
+      return "num_layers " + s(m.layers) + " is not divisible by pp " + s(p.pp) + " x virtual_stages " +
+             s(p.virtual_stages);
+    case Violation::kBatchDivisibility:
+      return "global_batch " + s(p.global_batch) + " is not divisible by micro_batch " + s(p.micro_batch) +
+             " x dp " + s(p.dp) + " (m = B/(b*d) must be an integer)";
+    case Violation::kInterleavedNeedsPp:
+      return "schedule interleaved needs pp >= 2 and virtual_stages >= 2 (pp " + s(p.pp) +
+             ", virtual_stages " + s(p.virtual_stages) + ")";
+    case Violation::kChunksWithoutInterleaving:
+      return std::string("virtual_stages ") + s(p.virtual_stages) + " needs schedule interleaved, not " +
+             schedule_name(p.schedule);
+    case Violation::kInterleavedMicrobatches:
+      return "schedule interleaved needs micro-batches m = " + s(p.micro_batches()) +
+             " to be a multiple of pp " + s(p.pp);
+    case Violation::kSequenceParallelNeedsTp: return "sequence_parallel needs tp > 1";
+    case Violation::kZeroStage: return "zero must be 0, 1, 2 or 3, got " + s(p.zero);
+    case Violation::kZeroWithPp:
+      return "zero " + s(p.zero) + " cannot be combined with pp " + s(p.pp) +
+             " (ZeRO-2/3 need pp 1; use zero 1 with pipelines)";
+    case Violation::kOffloadNeedsZero: return "offload needs zero >= 1";
+    case Violation::kSeqLenTooLong:
+      return "seq_len " + s(p.seq_len) + " exceeds the model's max_position_embeddings " + s(m.max_positions);
+    case Violation::kCount: break;
+  }
+  return "invalid plan";
+}
+
+Status check_plan(const Plan& plan, const ModelSpec& model, int64_t gpus_per_node) {
+  Violation v = first_violation(plan, model, gpus_per_node);
+  if (v == Violation::kNone) return Status::Ok();
+  return Error{"invalid plan: " + describe_violation(v, plan, model, gpus_per_node)};
+}
+
+nlohmann::json plan_to_json(const Plan& p) {
+  const Execution& e = p.execution;
+  return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"zero", p.zero},
+          {"micro_batch", p.micro_batch}, {"global_batch", p.global_batch}, {"seq_len", p.seq_len},
+          {"schedule", schedule_name(p.schedule)}, {"virtual_stages", p.virtual_stages},
+          {"recompute", recompute_name(p.recompute)}, {"sequence_parallel", p.sequence_parallel},
+          {"precision", precision_name(p.precision)}, {"offload", p.offload},
+          {"tp_across_nodes", p.tp_across_nodes},
+          {"execution",
+           {{"attention", attention_name(e.attention)}, {"overlap_grad_reduce", e.overlap_grad_reduce},
+            {"dp_bucket_mib", e.dp_bucket_mib}, {"allocator_margin", e.allocator_margin},
+            {"microbatch_overhead_us", e.microbatch_overhead_us},
+            {"step_overhead_us", e.step_overhead_us}}}};
+}
+
+namespace {
+template <class E>
+E read_enum(JsonFields& f, const char* key, std::optional<E> (*parse)(const std::string&),
+            const char* allowed, E fallback) {
+  std::string text = f.required_string(key);
+  if (!f.ok()) return fallback;
+  std::optional<E> value = parse(text);
+  if (!value) f.fail(key, "unknown value '" + text + "' (expected " + allowed + ")");
+  return value.value_or(fallback);
+}
+
+std::optional<AttentionKernel> parse_kernel(const std::string& s) { return parse_enum(s, kKernels); }
+
+// Returns the first problem as one line, or "".
+std::string read_execution(const nlohmann::json& j, const std::string& where, Execution& e) {
+  JsonFields f(j, where + ": execution");
+  if (f.has("attention"))
+    e.attention = read_enum(f, "attention", parse_kernel, "flash|materialized", e.attention);
+  e.overlap_grad_reduce = f.optional_bool("overlap_grad_reduce", e.overlap_grad_reduce);
+  e.dp_bucket_mib = f.optional_number("dp_bucket_mib").value_or(e.dp_bucket_mib);
+  e.allocator_margin = f.optional_number("allocator_margin", true).value_or(e.allocator_margin);
+  e.microbatch_overhead_us = f.optional_number("microbatch_overhead_us", true).value_or(e.microbatch_overhead_us);
+  e.step_overhead_us = f.optional_number("step_overhead_us", true).value_or(e.step_overhead_us);
+  return f.error();
+}
+}  // namespace
+
+Result<Plan> plan_from_json(const nlohmann::json& j, const std::string& where) {
+  JsonFields f(j, where);
+  Plan p;
+  p.tp = f.required_int("tp");
+  p.pp = f.required_int("pp");
+  p.dp = f.required_int("dp");
+  p.zero = static_cast<int>(f.required_int("zero", 0));
+  if (f.ok() && p.zero > 3) f.fail("zero", "must be 0, 1, 2 or 3, got " + std::to_string(p.zero));
+  p.micro_batch = f.required_int("micro_batch");
+  p.global_batch = f.required_int("global_batch");
+  p.seq_len = f.required_int("seq_len");
+  p.schedule = read_enum(f, "schedule", parse_schedule, "gpipe|1f1b|interleaved|zb-h1", p.schedule);
+  p.virtual_stages = f.optional_int("virtual_stages").value_or(1);
+  p.recompute = read_enum(f, "recompute", parse_recompute, "none|selective|full", p.recompute);
+  p.sequence_parallel = f.optional_bool("sequence_parallel", false);
+  p.precision = read_enum(f, "precision", parse_precision, "fp32|bf16|fp16", p.precision);
+  p.offload = f.optional_bool("offload", false);
+  p.tp_across_nodes = f.optional_bool("tp_across_nodes", false);
+  if (!f.ok()) return Error{f.error()};
+  if (f.has("execution")) {
+    std::string error = read_execution(j.at("execution"), where, p.execution);
+    if (!error.empty()) return Error{error};
+  }
+  return p;
+}
+
+Result<Plan> load_plan(const std::string& path) {
+  Result<nlohmann::json> j = read_json_file(path);
+  if (!j.ok()) return Error{j.error()};
+  return plan_from_json(*j, path);
+}
+
+}  // namespace parallax

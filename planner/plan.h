@@ -1,0 +1,93 @@
+// Plan: how a model is split — the third input, beside the model and the cluster. TP x PP x DP
+// ranks (TP innermost, then DP, then PP), ZeRO stage, micro-batch, pipeline schedule, recompute,
+// sequence parallelism, precision, offload, and the execution settings a framework chooses (the
+// attention kernel, what overlaps what). The runtime executes a Plan as is; keep this file free of
+// the search and of the simulator.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "models/layer_cost.h"
+#include "models/model_spec.h"
+#include "models/status.h"
+
+namespace parallax {
+
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
+
+// Software choices that change time or memory but not the math. Defaults follow Megatron-Core.
+struct Execution {
+  AttentionKernel attention = AttentionKernel::kFlash;
+  bool overlap_grad_reduce = false;   // Megatron-Core --overlap-grad-reduce (off by default)
+  double dp_bucket_mib = 40.0;        // gradient bucket for DP reduction
+  double allocator_margin = 0.05;     // caching-allocator fragmentation, fraction of allocations
+  double microbatch_overhead_us = 0;  // fixed cost per micro-batch per stage (launches, data)
+  double step_overhead_us = 0;        // fixed cost per step
+};
+
+struct Plan {
+  int64_t tp = 1, pp = 1, dp = 1;
+  int zero = 0;
+  int64_t micro_batch = 1;
+  int64_t global_batch = 1;
+  int64_t seq_len = 1;
+  Schedule schedule = Schedule::k1F1B;
+  int64_t virtual_stages = 1;  // model chunks per pipeline rank (interleaved only)
+  Recompute recompute = Recompute::kNone;
+  bool sequence_parallel = false;
+  Precision precision = Precision::kBf16;
+  bool offload = false;         // optimizer states (and with ZeRO-3 parameters) in host memory
+  bool tp_across_nodes = false; // allow a TP group to span nodes
+  Execution execution;
+
+  int64_t gpus() const { return tp * pp * dp; }
+  // m = B / (b * d); only meaningful once the plan is valid.
+  int64_t micro_batches() const { return global_batch / (micro_batch * dp); }
+  int64_t layers_per_chunk(int64_t layers) const { return layers / (pp * virtual_stages); }
+};
+
+const char* schedule_name(Schedule s);
+const char* recompute_name(Recompute r);
+const char* precision_name(Precision p);
+const char* attention_name(AttentionKernel k);
+std::optional<Schedule> parse_schedule(const std::string& s);
+std::optional<Recompute> parse_recompute(const std::string& s);
+std::optional<Precision> parse_precision(const std::string& s);
+
+// Constraints a plan can break. Codes let the search count rejections without building strings.
+enum class Violation {
+  kNone,
+  kTpHeads,              // attention heads not divisible by TP
+  kTpKvHeads,            // KV heads not divisible by TP
+  kTpFfn,                // FFN hidden size not divisible by TP
+  kTpAcrossNodes,        // TP group larger than a node
+  kLayersPp,             // layers not divisible by PP x chunks
+  kBatchDivisibility,    // B not divisible by b x d
+  kInterleavedNeedsPp,   // interleaving with PP 1 or fewer than 2 chunks
+  kChunksWithoutInterleaving,
+  kInterleavedMicrobatches,  // m not a multiple of PP
+  kSequenceParallelNeedsTp,
+  kZeroStage,
+  kZeroWithPp,           // ZeRO-2/3 shard gradients per micro-batch; no framework pipelines them
+  kOffloadNeedsZero,
+  kSeqLenTooLong,
+  kCount
+};
+const char* violation_key(Violation v);  // short snake_case name, for rejection tables
+// The first constraint `plan` breaks for `model` on nodes of `gpus_per_node`, or kNone.
+Violation first_violation(const Plan& plan, const ModelSpec& model, int64_t gpus_per_node);
+// The same as one line naming the constraint and the numbers, or "" when the plan is valid.
+std::string describe_violation(Violation v, const Plan& plan, const ModelSpec& model,
+                               int64_t gpus_per_node);
+Status check_plan(const Plan& plan, const ModelSpec& model, int64_t gpus_per_node);
+
+nlohmann::json plan_to_json(const Plan& plan);
+// Reads the JSON of plan_to_json; `execution` and keys with documented defaults may be absent.
+Result<Plan> plan_from_json(const nlohmann::json& j, const std::string& where);
+Result<Plan> load_plan(const std::string& path);
+
+}  // namespace parallax

@@ -1,0 +1,231 @@
+#include "planner/search.h"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <tuple>
+
+namespace parallax {
+
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> small, large;
+  for (int64_t i = 1; i * i <= n; ++i) {
+    if (n % i != 0) continue;
+    small.push_back(i);
+    if (i != n / i) large.push_back(n / i);
+  }
+  small.insert(small.end(), large.rbegin(), large.rend());
+  return small;
+}
+
+constexpr Recompute kRecomputes[] = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+
+// Timings that depend only on (t, b, SP, recompute) for a fixed model, cluster, s and precision.
+class TimingTable {
+ public:
+  TimingTable(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o,
+              const std::vector<int64_t>& tps, const std::vector<int64_t>& batches)
+      : tps_(tps), batches_(batches) {
+    for (int64_t t : tps) {
+      for (int64_t b : batches) {
+        for (int sp = 0; sp < 2; ++sp) {
+          for (Recompute rc : kRecomputes) {
+            Plan p;
+            p.tp = t;
+            p.micro_batch = b;
+            p.seq_len = o.seq_len;
+            p.sequence_parallel = sp != 0;
+            p.recompute = rc;
+            p.precision = o.precision;
+            p.execution = o.execution;
+            p.tp_across_nodes = true;  // placement only; legality is checked per plan
+            layers_.push_back(valid(m, t) ? layer_timing(m, c, p) : LayerTiming{});
+            edges_.push_back(valid(m, t) ? edge_timing(m, c, p) : EdgeTiming{});
+          }
+        }
+      }
+    }
+  }
+  size_t index(size_t ti, size_t bi, bool sp, Recompute rc) const {
+    return ((ti * batches_.size() + bi) * 2 + (sp ? 1 : 0)) * 3 + static_cast<size_t>(rc);
+  }
+  const LayerTiming& layer(size_t i) const { return layers_[i]; }
+  const EdgeTiming& edge(size_t i) const { return edges_[i]; }
+
+ private:
+  static bool valid(const ModelSpec& m, int64_t t) {
+    return m.heads % t == 0 && m.kv_heads % t == 0 && m.ffn_hidden % t == 0;
+  }
+  std::vector<int64_t> tps_, batches_;
+  std::vector<LayerTiming> layers_;
+  std::vector<EdgeTiming> edges_;
+};
+
+struct SchedulePick {
+  Schedule schedule;
+  int64_t chunks;
+};
+
+std::vector<SchedulePick> schedules_for(const ModelSpec& m, int64_t pp) {
+  std::vector<SchedulePick> s = {{Schedule::kGpipe, 1}, {Schedule::k1F1B, 1}, {Schedule::kZbH1, 1}};
+  if (pp >= 2 && m.layers % pp == 0)
+    for (int64_t v : divisors(m.layers / pp))
+      if (v >= 2) s.push_back({Schedule::kInterleaved, v});
+  return s;
+}
+
+bool redundant(const Plan& p) {
+  if (p.zero > 0 && p.dp == 1) return true;                        // nothing to shard
+  if (p.pp == 1 && p.schedule != Schedule::k1F1B) return true;     // one stage: no schedule
+  return false;
+}
+
+class Worker {
+ public:
+  Worker(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o, const TimingTable& table)
+      : m_(m), c_(c), o_(o), table_(table), hbm_(c.gpu.hbm_bytes()),
+        host_(c.host.memory_gib * 1073741824.0 / static_cast<double>(c.node.gpus)),
+        reserved_(c.gpu.reserved_gib * 1073741824.0) {}
+
+  void run(size_t ti, int64_t t, int64_t pp, const std::vector<int64_t>& batches) {
+    Plan p;
+    p.tp = t;
+    p.pp = pp;
+    p.dp = o_.gpus / (t * pp);
+    p.global_batch = o_.global_batch;
+    p.seq_len = o_.seq_len;
+    p.precision = o_.precision;
+    p.execution = o_.execution;
+    const std::vector<SchedulePick> schedules = schedules_for(m_, pp);
+    for (size_t bi = 0; bi < batches.size(); ++bi) {
+      p.micro_batch = batches[bi];
+      for (const SchedulePick& s : schedules) {
+        p.schedule = s.schedule;
+        p.virtual_stages = s.chunks;
+        for (int zero = 0; zero <= 3; ++zero) {
+          p.zero = zero;
+          for (Recompute rc : kRecomputes) {
+            p.recompute = rc;
+            for (int sp = 0; sp < 2; ++sp) {
+              p.sequence_parallel = sp != 0;
+              const size_t timing = table_.index(ti, bi, p.sequence_parallel, rc);
+              for (int off = 0; off < 2; ++off) {
+                p.offload = off != 0;
+                consider(p, timing);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  SearchResult& result() { return result_; }
+
+  void trim() {
+    std::sort(result_.plans.begin(), result_.plans.end(), ranks_before);
+    if (result_.plans.size() > o_.top_k) result_.plans.resize(o_.top_k);
+  }
+
+ private:
+  void reject(size_t why) { ++result_.rejected[why]; }
+
+  void consider(const Plan& p, size_t timing) {
+    ++result_.considered;
+    Violation v = first_violation(p, m_, c_.node.gpus);
+    if (v != Violation::kNone) return reject(static_cast<size_t>(v));
+    if (redundant(p)) return reject(static_cast<size_t>(Rejection::kRedundant));
+    ++result_.evaluated;
+    MemoryBreakdown mem = peak_memory(m_, p, reserved_);
+    if (mem.total() > hbm_) return reject(static_cast<size_t>(Rejection::kOutOfMemory));
+    if (mem.host > host_) return reject(static_cast<size_t>(Rejection::kOutOfHostMemory));
+    ++result_.feasible;
+    result_.plans.push_back({p, estimate_step(m_, c_, p, table_.layer(timing), table_.edge(timing))});
+    if (result_.plans.size() >= 4 * o_.top_k + 64) trim();
+  }
+
+  const ModelSpec& m_;
+  const ClusterSpec& c_;
+  const SearchOptions& o_;
+  const TimingTable& table_;
+  const double hbm_, host_, reserved_;
+  SearchResult result_;
+};
+
+}  // namespace
+
+const char* rejection_key(size_t index) {
+  if (index < static_cast<size_t>(Violation::kCount)) return violation_key(static_cast<Violation>(index));
+  switch (static_cast<Rejection>(index)) {
+    case Rejection::kRedundant: return "redundant";
+    case Rejection::kOutOfMemory: return "out_of_memory";
+    case Rejection::kOutOfHostMemory: return "out_of_host_memory";
+    case Rejection::kCount: break;
+  }
+  return "?";
+}
+
+bool ranks_before(const RankedPlan& a, const RankedPlan& b) {
+  if (a.estimate.step_time_s != b.estimate.step_time_s) return a.estimate.step_time_s < b.estimate.step_time_s;
+  if (a.estimate.peak_memory_bytes != b.estimate.peak_memory_bytes)
+    return a.estimate.peak_memory_bytes < b.estimate.peak_memory_bytes;
+  auto key = [](const Plan& p) {
+    return std::make_tuple(p.tp, p.pp, p.dp, p.zero, p.micro_batch, static_cast<int>(p.schedule),
+                           p.virtual_stages, static_cast<int>(p.recompute), p.sequence_parallel, p.offload);
+  };
+  return key(a.plan) < key(b.plan);
+}
+
+Result<SearchResult> search(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o) {
+  if (o.gpus < 1) return Error{"--gpus must be >= 1, got " + std::to_string(o.gpus)};
+  if (c.max_nodes > 0 && o.gpus > c.max_nodes * c.node.gpus)
+    return Error{"--gpus " + std::to_string(o.gpus) + " exceeds cluster '" + c.name + "' (" +
+                 std::to_string(c.max_nodes * c.node.gpus) + " GPUs)"};
+  if (o.global_batch < 1) return Error{"--global-batch must be >= 1"};
+  if (o.seq_len < 1) return Error{"--seq-len must be >= 1"};
+  if (o.seq_len > m.max_positions)
+    return Error{"--seq-len " + std::to_string(o.seq_len) + " exceeds max_position_embeddings " +
+                 std::to_string(m.max_positions) + " of model '" + m.name + "'"};
+  if (o.top_k < 1) return Error{"--top must be >= 1"};
+
+  const std::vector<int64_t> tps = divisors(o.gpus);
+  const std::vector<int64_t> batches = divisors(o.global_batch);
+  const TimingTable table(m, c, o, tps, batches);
+  std::vector<std::tuple<size_t, int64_t, int64_t>> work;  // (t index, t, p)
+  for (size_t ti = 0; ti < tps.size(); ++ti)
+    for (int64_t pp : divisors(o.gpus / tps[ti])) work.emplace_back(ti, tps[ti], pp);
+
+  const int threads = std::max(1, o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  std::vector<Worker> workers;
+  workers.reserve(threads);
+  for (int i = 0; i < threads; ++i) workers.emplace_back(m, c, o, table);
+  std::atomic<size_t> next{0};
+  auto loop = [&](Worker& w) {
+    for (size_t i = next++; i < work.size(); i = next++) {
+      const auto& [ti, t, pp] = work[i];
+      w.run(ti, t, pp, batches);
+    }
+    w.trim();
+  };
+  std::vector<std::thread> pool;
+  for (int i = 1; i < threads; ++i) pool.emplace_back(loop, std::ref(workers[i]));
+  loop(workers[0]);
+  for (std::thread& th : pool) th.join();
+
+  SearchResult total;
+  for (Worker& w : workers) {
+    SearchResult& r = w.result();
+    total.considered += r.considered;
+    total.evaluated += r.evaluated;
+    total.feasible += r.feasible;
+    for (size_t k = 0; k < kRejectionKinds; ++k) total.rejected[k] += r.rejected[k];
+    total.plans.insert(total.plans.end(), r.plans.begin(), r.plans.end());
+  }
+  std::sort(total.plans.begin(), total.plans.end(), ranks_before);
+  if (total.plans.size() > o.top_k) total.plans.resize(o.top_k);
+  return total;
+}
+
+}  // namespace parallax

@@ -1,0 +1,59 @@
+// Search: enumerates every TP x PP x DP x ZeRO stage x micro-batch x schedule (with each legal
+// chunk count) x recompute x sequence-parallel x offload configuration for a model, cluster and GPU
+// count; rejects illegal ones by rule (counting each reason), drops those that do not fit in
+// memory, prices the rest with the analytical model and keeps the best K by step time. Runs on
+// several threads; the result does not depend on the thread count.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "models/model_spec.h"
+#include "planner/estimate.h"
+#include "planner/plan.h"
+#include "simulator/cluster_spec.h"
+
+namespace parallax {
+
+struct SearchOptions {
+  int64_t gpus = 0;
+  int64_t global_batch = 0;
+  int64_t seq_len = 0;
+  Precision precision = Precision::kBf16;
+  Execution execution;
+  size_t top_k = 10;
+  int threads = 0;  // 0: all hardware threads
+};
+
+// Why a configuration was not ranked: a plan Violation, or one of these.
+enum class Rejection {
+  kRedundant = static_cast<int>(Violation::kCount),  // same execution as a plan already counted
+  kOutOfMemory,
+  kOutOfHostMemory,
+  kCount
+};
+constexpr size_t kRejectionKinds = static_cast<size_t>(Rejection::kCount);
+const char* rejection_key(size_t index);  // violation_key or "redundant", "out_of_memory", ...
+
+struct RankedPlan {
+  Plan plan;
+  Estimate estimate;
+};
+
+struct SearchResult {
+  std::vector<RankedPlan> plans;  // best first, at most top_k
+  int64_t considered = 0;         // every configuration of the space, legal or not
+  int64_t evaluated = 0;          // legal, distinct configurations priced by the memory model
+  int64_t feasible = 0;           // legal and fitting in memory
+  std::array<int64_t, kRejectionKinds> rejected{};  // indexed by Violation, then Rejection
+};
+
+// Errors: options out of range (gpus < 1, more GPUs than the cluster has, a batch or sequence
+// length < 1). An empty `plans` is not an error here: the caller explains why nothing fits.
+Result<SearchResult> search(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o);
+
+// Ordering of the ranking: step time, then peak memory, then the plan's fields (deterministic).
+bool ranks_before(const RankedPlan& a, const RankedPlan& b);
+
+}  // namespace parallax

@@ -1,0 +1,109 @@
+#include "simulator/cluster_spec.h"
+
+#include <filesystem>
+
+#include "models/json_fields.h"
+#include "models/model_spec.h"
+
+namespace parallax {
+
+double GpuSpec::peak_flops(Precision p) const {
+  const double tflops = p == Precision::kFp32   ? peak_fp32_tflops
+                        : p == Precision::kBf16 ? peak_bf16_tflops
+                                                : peak_fp16_tflops;
+  return tflops * 1e12;
+}
+
+namespace {
+
+void require_source(JsonFields& f) { (void)f.required_string("source"); }
+
+void read_fraction(JsonFields& f, const char* key, double& out) {
+  out = f.required_number(key);
+  if (f.ok() && out > 1.0) f.fail(key, "is a fraction and must be <= 1");
+}
+
+Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
+  JsonFields f(j, where + ": gpu");
+  g.name = f.required_string("name");
+  const nlohmann::json& peak = f.required_object("peak_tflops");
+  if (!f.ok()) return Error{f.error()};
+  JsonFields p(peak, where + ": gpu.peak_tflops");
+  g.peak_bf16_tflops = p.required_number("bf16");
+  g.peak_fp16_tflops = p.required_number("fp16");
+  g.peak_fp32_tflops = p.required_number("fp32");
+  if (!p.ok()) return Error{p.error()};
+  g.hbm_gib = f.required_number("hbm_gib");
+  g.hbm_gbps = f.required_number("hbm_gbps");
+  read_fraction(f, "gemm_max_efficiency", g.gemm_max_efficiency);
+  g.gemm_half_dim = f.required_number("gemm_half_dim", /*allow_zero=*/true);
+  read_fraction(f, "flash_attention_efficiency", g.flash_attention_efficiency);
+  read_fraction(f, "memory_efficiency", g.memory_efficiency);
+  g.reserved_gib = f.required_number("reserved_gib", /*allow_zero=*/true);
+  require_source(f);
+  if (f.ok() && g.reserved_gib >= g.hbm_gib) f.fail("reserved_gib", "must be less than hbm_gib");
+  if (!f.ok()) return Error{f.error()};
+  return Status::Ok();
+}
+
+Status read_node(const nlohmann::json& j, const std::string& where, NodeSpec& n) {
+  JsonFields f(j, where + ": node");
+  n.gpus = f.required_int("gpus");
+  n.busbw_gbps = f.required_number("busbw_gbps");
+  n.latency_us = f.required_number("latency_us", /*allow_zero=*/true);
+  require_source(f);
+  if (!f.ok()) return Error{f.error()};
+  return Status::Ok();
+}
+
+Status read_network(const nlohmann::json& j, const std::string& where, NetworkSpec& n) {
+  JsonFields f(j, where + ": network");
+  n.bw_per_gpu_gbps = f.required_number("bw_per_gpu_gbps");
+  n.latency_us = f.required_number("latency_us", /*allow_zero=*/true);
+  n.topology = f.required_string("topology");
+  if (f.ok() && n.topology != "fat-tree") f.fail("topology", "unknown '" + n.topology + "' (supported: fat-tree)");
+  n.oversubscription = f.optional_number("oversubscription").value_or(1.0);
+  if (f.ok() && n.oversubscription < 1.0) f.fail("oversubscription", "must be >= 1 (1 = non-blocking)");
+  n.nodes_per_leaf = f.required_int("nodes_per_leaf");
+  require_source(f);
+  if (!f.ok()) return Error{f.error()};
+  return Status::Ok();
+}
+
+Status read_host(const nlohmann::json& j, const std::string& where, HostSpec& h) {
+  JsonFields f(j, where + ": host");
+  h.memory_gib = f.required_number("memory_gib");
+  h.memory_gbps = f.required_number("memory_gbps");
+  h.pcie_gbps = f.required_number("pcie_gbps");
+  require_source(f);
+  if (!f.ok()) return Error{f.error()};
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ClusterSpec> cluster_from_json(const nlohmann::json& j, const std::string& where) {
+  JsonFields f(j, where);
+  ClusterSpec c;
+  c.name = f.required_string("name");
+  c.max_nodes = f.optional_int("max_nodes").value_or(0);
+  const nlohmann::json& gpu = f.required_object("gpu");
+  const nlohmann::json& node = f.required_object("node");
+  const nlohmann::json& network = f.required_object("network");
+  const nlohmann::json& host = f.required_object("host");
+  if (!f.ok()) return Error{f.error()};
+  for (Status s : {read_gpu(gpu, where, c.gpu), read_node(node, where, c.node),
+                   read_network(network, where, c.network), read_host(host, where, c.host)}) {
+    if (!s.ok()) return Error{s.error()};
+  }
+  return c;
+}
+
+Result<ClusterSpec> load_cluster(const std::string& name_or_path) {
+  const std::string path = resolve_data_file(name_or_path, "clusters");
+  Result<nlohmann::json> j = read_json_file(path);
+  if (!j.ok()) return Error{j.error()};
+  return cluster_from_json(*j, path);
+}
+
+}  // namespace parallax

@@ -1,0 +1,70 @@
+// ClusterSpec: what a plan runs on — one GPU type, nodes of several GPUs joined by NVLink/NVSwitch,
+// and a network between nodes. Read from Parallax's cluster JSON (clusters/*.json, or the file
+// `calibrate` writes); every key carries its unit (_gbps = gigabytes per second in the nccl-tests
+// busbw convention, _us, _gib, _tflops) and every section a "source" naming where its numbers
+// come from. The cost models (compute_cost.h, collective_cost.h) read only this.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "models/layer_cost.h"
+#include "models/status.h"
+
+namespace parallax {
+
+struct GpuSpec {
+  std::string name;
+  double peak_bf16_tflops = 0;
+  double peak_fp16_tflops = 0;
+  double peak_fp32_tflops = 0;
+  double hbm_gib = 0;
+  double hbm_gbps = 0;
+  // Achieved fraction of peak for a GEMM: max_eff * prod over (M, N, K) of d / (d + half_dim),
+  // so small or skinny GEMMs run slower; calibration fits both numbers.
+  double gemm_max_efficiency = 0;
+  double gemm_half_dim = 0;
+  double flash_attention_efficiency = 0;  // fraction of peak a fused attention kernel reaches
+  double memory_efficiency = 0;           // fraction of HBM bandwidth elementwise kernels reach
+  double reserved_gib = 0;                // CUDA context, NCCL and cuBLAS workspaces
+
+  double peak_flops(Precision p) const;
+  double hbm_bytes() const { return hbm_gib * 1073741824.0; }
+};
+
+struct NodeSpec {
+  int64_t gpus = 0;
+  double busbw_gbps = 0;  // intra-node collective bus bandwidth (nccl-tests busbw, ring)
+  double latency_us = 0;  // per ring step
+};
+
+struct NetworkSpec {
+  double bw_per_gpu_gbps = 0;  // each GPU's NIC, one direction
+  double latency_us = 0;       // per ring step across nodes
+  std::string topology;        // "fat-tree"
+  double oversubscription = 1; // >1: traffic leaving a leaf switch shares less bandwidth
+  int64_t nodes_per_leaf = 0;  // nodes under one leaf switch
+};
+
+struct HostSpec {
+  double memory_gib = 0;     // per node
+  double memory_gbps = 0;    // per node, shared by its GPUs (CPU optimizer for offload)
+  double pcie_gbps = 0;      // per GPU, one direction
+};
+
+struct ClusterSpec {
+  std::string name;
+  GpuSpec gpu;
+  NodeSpec node;
+  NetworkSpec network;
+  HostSpec host;
+  int64_t max_nodes = 0;  // 0: as many as a plan asks for
+};
+
+Result<ClusterSpec> cluster_from_json(const nlohmann::json& j, const std::string& where);
+// `name_or_path`: a path, or a name found as clusters/NAME.json in the data directory.
+Result<ClusterSpec> load_cluster(const std::string& name_or_path);
+
+}  // namespace parallax

@@ -1,0 +1,46 @@
+#include "simulator/collective_cost.h"
+
+#include <algorithm>
+
+namespace parallax {
+
+GroupPlacement place_group(int64_t size, int64_t stride, int64_t gpus_per_node) {
+  GroupPlacement g;
+  g.size = size;
+  // Members are stride apart; a node of gpus_per_node consecutive ranks holds gpus_per_node/stride
+  // of them (at least one).
+  g.ranks_per_node = std::clamp<int64_t>(gpus_per_node / std::max<int64_t>(stride, 1), 1, size);
+  g.nodes = (size + g.ranks_per_node - 1) / g.ranks_per_node;
+  return g;
+}
+
+LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g) {
+  LinkTier link;
+  if (g.nodes <= 1) {
+    link.busbw_Bps = c.node.busbw_gbps * 1e9;
+    link.latency_s = c.node.latency_us * 1e-6;
+    return link;
+  }
+  double bw = std::min(c.node.busbw_gbps, static_cast<double>(g.ranks_per_node) * c.network.bw_per_gpu_gbps);
+  if (c.network.nodes_per_leaf > 0 && g.nodes > c.network.nodes_per_leaf) bw /= c.network.oversubscription;
+  link.busbw_Bps = bw * 1e9;
+  link.latency_s = c.network.latency_us * 1e-6;
+  link.crosses_nodes = true;
+  return link;
+}
+
+double collective_bytes_per_rank(Collective op, double bytes, int64_t n) {
+  if (op == Collective::kSendRecv) return bytes;
+  if (n <= 1) return 0;
+  const double ring = static_cast<double>(n - 1) / static_cast<double>(n) * bytes;
+  return op == Collective::kAllReduce ? 2 * ring : ring;
+}
+
+double collective_time_s(Collective op, double bytes, int64_t n, const LinkTier& link) {
+  if (op == Collective::kSendRecv) return link.latency_s + bytes / link.busbw_Bps;
+  if (n <= 1) return 0;
+  const double steps = static_cast<double>(op == Collective::kAllReduce ? 2 * (n - 1) : n - 1);
+  return steps * link.latency_s + collective_bytes_per_rank(op, bytes, n) / link.busbw_Bps;
+}
+
+}  // namespace parallax

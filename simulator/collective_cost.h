@@ -1,0 +1,40 @@
+// Collective and point-to-point communication cost on a ClusterSpec, in the nccl-tests
+// convention: an all-reduce of S bytes over n ranks moves 2(n-1)/n * S per rank and, on a ring,
+// takes 2(n-1) * alpha + 2(n-1)/n * S / busbw; reduce-scatter and all-gather half of both; send/recv
+// alpha + S / bw. Where a group sits (inside one node or across nodes) follows from the rank order
+// of DESIGN.md: TP innermost, then DP, then PP.
+#pragma once
+
+#include <cstdint>
+
+#include "simulator/cluster_spec.h"
+
+namespace parallax {
+
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kSendRecv };
+
+// How a communication group of `size` ranks, consecutive members `stride` ranks apart, lies on
+// nodes of `gpus_per_node` GPUs.
+struct GroupPlacement {
+  int64_t size = 1;
+  int64_t ranks_per_node = 1;  // members of the group inside one node
+  int64_t nodes = 1;           // nodes the group spans
+};
+GroupPlacement place_group(int64_t size, int64_t stride, int64_t gpus_per_node);
+
+// The link a group's ring runs at: NVLink inside a node; across nodes, the group's NICs in one node
+// together (one per member, capped by NVLink), reduced by the fat tree's oversubscription when the
+// group leaves a leaf switch.
+struct LinkTier {
+  double busbw_Bps = 0;  // bytes per second
+  double latency_s = 0;  // per ring step
+  bool crosses_nodes = false;
+};
+LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g);
+
+// Bytes each rank sends for a collective over n ranks whose full buffer is `bytes`.
+double collective_bytes_per_rank(Collective op, double bytes, int64_t n);
+// Ring time of that collective; 0 for a group of one.
+double collective_time_s(Collective op, double bytes, int64_t n, const LinkTier& link);
+
+}  // namespace parallax

@@ -1,0 +1,104 @@
+#include "models/model_spec.h"
+
+#include <gtest/gtest.h>
+
+#include "models/layer_cost.h"
+
+namespace parallax {
+namespace {
+
+ModelSpec load(const std::string& name) {
+  Result<ModelSpec> m = load_model(name);
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error());
+  return m.ok() ? *m : ModelSpec{};
+}
+
+// Parameter counts as published by the model owners (Hugging Face model cards / safetensors
+// metadata); every bundled model must reproduce its count exactly.
+TEST(ModelSpec, BundledModelsHaveTheirPublishedParameterCounts) {
+  const std::pair<const char*, int64_t> expected[] = {
+      {"gpt2", 124'439'808},           {"llama2-7b", 6'738'415'616},     {"13b", 13'015'864'320},
+      {"llama2-13b", 13'015'864'320},  {"llama2-70b", 68'976'648'192},   {"llama3-8b", 8'030'261'248},
+      {"llama3-70b", 70'553'706'496},  {"llama3.1-405b", 405'853'388'800}, {"mistral-7b", 7'241'732'096},
+      {"mixtral-8x7b", 46'702'792'704}, {"qwen2-7b", 7'615'616'512}};
+  for (const auto& [name, params] : expected) EXPECT_EQ(total_params(load(name)), params) << name;
+}
+
+// Megatron-LM (Narayanan et al. 2021): P = 12 L h^2 (1 + 13/(12h) + (V+s)/(12 L h))
+//   = 12 L h^2 + 13 L h + (V + s) h, which leaves out the final LayerNorm (2h).
+// GPT-3 175B, L 96, h 12288, V 51200, s 2048:
+//   12*96*12288^2 = 173,946,175,488; 13*96*12288 = 15,335,424; (51200+2048)*12288 = 654,311,424
+//   P = 174,615,822,336; with the final LayerNorm 174,615,846,912.
+TEST(ModelSpec, Gpt3ParameterCountEqualsMegatronFormula) {
+  const ModelSpec m = load("gpt3-175b");
+  const int64_t L = m.layers, h = m.hidden, V = m.vocab, s = m.max_positions;
+  const int64_t megatron = 12 * L * h * h + 13 * L * h + (V + s) * h;
+  EXPECT_EQ(megatron, 174'615'822'336);
+  EXPECT_EQ(total_params(m) - edge_params(m).final_norm, megatron);
+  EXPECT_EQ(total_params(m), 174'615'846'912);
+  // The same identity for every GPT shape of Korthikanti et al.
+  for (const char* name : {"gpt-22b", "gpt-530b", "gpt-1t", "gpt2"}) {
+    const ModelSpec g = load(name);
+    const double P = 12.0 * g.layers * g.hidden * g.hidden *
+                     (1 + 13.0 / (12.0 * g.hidden) + double(g.vocab + g.max_positions) / (12.0 * g.layers * g.hidden));
+    EXPECT_NEAR(double(total_params(g) - edge_params(g).final_norm), P, 1e-9 * P) << name;
+  }
+}
+
+TEST(ModelSpec, ReadsArchitectureDetails) {
+  const ModelSpec mix = load("mixtral-8x7b");
+  EXPECT_EQ(mix.experts, 8);
+  EXPECT_EQ(mix.experts_per_token, 2);
+  EXPECT_EQ(mix.kv_heads, 8);
+  EXPECT_EQ(mix.head_dim, 128);
+  EXPECT_FALSE(mix.dropout);
+  const ModelSpec gpt = load("gpt2");
+  EXPECT_EQ(gpt.ffn_hidden, 3072);  // n_inner null = 4 * n_embd
+  EXPECT_TRUE(gpt.tied_embeddings);
+  EXPECT_TRUE(gpt.dropout);
+  EXPECT_EQ(gpt.norm, Norm::kLayerNorm);
+  EXPECT_TRUE(load("qwen2-7b").qkv_bias);
+  EXPECT_EQ(load("13b").name, "13b");
+}
+
+TEST(ModelSpec, FindsModelsByNameOrPath) {
+  EXPECT_TRUE(load_model("13b").ok());
+  EXPECT_TRUE(load_model("13b.json").ok());
+  EXPECT_TRUE(load_model(std::string(PARALLAX_SOURCE_DIR) + "/models/13b.json").ok());
+  Result<ModelSpec> missing = load_model("no-such-model");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().find("cannot open"), std::string::npos);
+}
+
+TEST(ModelSpec, ErrorsNameTheKey) {
+  auto error = [](const char* text) {
+    Result<ModelSpec> m = model_from_hf_config(nlohmann::json::parse(text), "x.json");
+    return m.ok() ? std::string("ok") : m.error();
+  };
+  EXPECT_EQ(error(R"({"model_type":"llama","intermediate_size":1,"num_hidden_layers":1,"num_attention_heads":1,
+                     "vocab_size":1,"max_position_embeddings":1})"),
+            "x.json: key 'hidden_size': missing required key");
+  EXPECT_EQ(error(R"({"model_type":"gpt2","n_embd":"768","n_layer":1,"n_head":1,"vocab_size":1,"n_positions":1})"),
+            "x.json: key 'n_embd': expected an integer, got \"768\"");
+  EXPECT_EQ(error(R"({"model_type":"gpt2","n_embd":-8,"n_layer":1,"n_head":1,"vocab_size":1,"n_positions":1})"),
+            "x.json: key 'n_embd': must be >= 1, got -8");
+  EXPECT_EQ(error(R"({"model_type":"bert"})"),
+            "x.json: key 'model_type': unsupported 'bert' (supported: gpt2, llama, mistral, mixtral, qwen2)");
+  EXPECT_EQ(error(R"({"hidden_size":8})"), "x.json: key 'model_type': missing (and no known entry in 'architectures')");
+  EXPECT_EQ(error(R"({"model_type":"llama","hidden_size":64,"intermediate_size":1,"num_hidden_layers":1,
+                     "num_attention_heads":8,"num_key_value_heads":3,"vocab_size":1,"max_position_embeddings":1})"),
+            "x.json: key 'num_key_value_heads': must divide num_attention_heads");
+}
+
+TEST(ModelSpec, ArchitecturesKeyIdentifiesOlderExports) {
+  Result<ModelSpec> m = model_from_hf_config(
+      nlohmann::json::parse(R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,
+        "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":32})"),
+      "x.json");
+  ASSERT_TRUE(m.ok()) << m.error();
+  EXPECT_EQ(m->model_type, "llama");
+  EXPECT_EQ(m->kv_heads, 4);  // absent num_key_value_heads means MHA in Hugging Face
+}
+
+}  // namespace
+}  // namespace parallax

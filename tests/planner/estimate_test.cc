@@ -1,0 +1,119 @@
+#include "planner/estimate.h"
+
+#include <gtest/gtest.h>
+
+#include "../simulator/test_cluster.h"
+
+namespace parallax {
+namespace {
+
+ModelSpec load(const std::string& name) { return load_model(name).value(); }
+ClusterSpec round() { return cluster_from_json(testing_support::round_cluster_json(), "round").value(); }
+
+Plan gpt2_plan(int64_t tp) {
+  Plan p;
+  p.tp = tp;
+  p.seq_len = 1024;
+  p.global_batch = 8;
+  p.execution.attention = AttentionKernel::kMaterialized;
+  return p;
+}
+
+// GPT-2 124M, s 1024, b 1, t 1 on the round cluster (100 TFLOP/s, perfect GEMMs, 1,000 GB/s):
+//   weight GEMMs: 2 * 12h^2 * 1024 tokens = 1.4495514624e10 FLOPs -> 144.955 us
+//   attention core: 4 s h * 1024 = 3.221225472e9 FLOPs -> 32.212 us
+//   elementwise: 145,920 B/token * 1024 = 149,422,080 B -> 149.422 us
+//   forward = 326.590 us; B = GEMMs + 2 core + 2 elementwise = 508.224 us; W = 144.955 us.
+TEST(LayerTiming, HandDerivedOnRoundCluster) {
+  const ModelSpec m = load("gpt2");
+  const LayerTiming t = layer_timing(m, round(), gpt2_plan(1));
+  const double gemm = 2.0 * 12 * 768 * 768 * 1024 / 100e12, core = 4.0 * 1024 * 768 * 1024 / 100e12,
+               elem = 145920.0 * 1024 / 1e12;
+  EXPECT_NEAR(t.forward_s, gemm + core + elem, 1e-12);
+  EXPECT_NEAR(t.backward_input_s, gemm + 2 * core + 2 * elem, 1e-12);
+  EXPECT_NEAR(t.backward_weight_s, gemm, 1e-12);
+  EXPECT_DOUBLE_EQ(t.tp_bytes, 0);
+  // Full recompute re-runs the forward inside the backward.
+  Plan full = gpt2_plan(1);
+  full.recompute = Recompute::kFull;
+  EXPECT_NEAR(layer_timing(m, round(), full).backward_input_s, t.backward_input_s + t.forward_s, 1e-12);
+  // Selective recompute re-runs the attention core.
+  Plan sel = gpt2_plan(1);
+  sel.recompute = Recompute::kSelective;
+  EXPECT_NEAR(layer_timing(m, round(), sel).backward_input_s, t.backward_input_s + core, 1e-12);
+}
+
+// TP 2: each all-reduce carries tokens * h * 2 B = 1,572,864 B: 2(n-1) alpha + 2(n-1)/n S / busbw
+// = 2 us + 15.72864 us; four per layer (two forward, two backward), each sending S bytes per rank.
+TEST(LayerTiming, TensorParallelAllReduces) {
+  const ModelSpec m = load("gpt2");
+  const LayerTiming t = layer_timing(m, round(), gpt2_plan(2));
+  const double ar = 2e-6 + 1572864.0 / 100e9;
+  EXPECT_NEAR(t.tp_comm_s, 4 * ar, 1e-15);
+  EXPECT_DOUBLE_EQ(t.tp_bytes, 4 * 1572864.0);
+}
+
+StageTimes uniform(double f, double b, double w) { return {f, b, w}; }
+
+// VALIDATION.md section 3: uniform stages, GPipe and 1F1B take (m + p - 1) T, a bubble of
+// (p-1)/(m+p-1); interleaved (m + (p-1)/v) T; ZB-H1 with F = B = W fills with (p-1)(F+B-W) = (p-1)T/3.
+TEST(Pipeline, ClosedFormBubbles) {
+  Plan p;
+  p.pp = 4;
+  const StageTimes t = uniform(1, 1, 1);  // T = 3
+  double bubble = 0;
+  for (Schedule s : {Schedule::kGpipe, Schedule::k1F1B}) {
+    p.schedule = s;
+    EXPECT_DOUBLE_EQ(pipeline_time_s(p, 8, t, t, &bubble), (8 + 3) * 3.0);
+    EXPECT_DOUBLE_EQ(bubble, 3.0 / 11.0);
+  }
+  p.schedule = Schedule::kInterleaved;
+  p.virtual_stages = 3;
+  EXPECT_DOUBLE_EQ(pipeline_time_s(p, 8, t, t, &bubble), (8 + 1.0) * 3.0);
+  EXPECT_DOUBLE_EQ(bubble, 1.0 / 9.0);  // idle (p-1)/(v m) = 1/8 of the ideal time
+  p.schedule = Schedule::kZbH1;
+  p.virtual_stages = 1;
+  EXPECT_DOUBLE_EQ(pipeline_time_s(p, 8, t, t, &bubble), 8 * 3.0 + 3 * 1.0);
+  EXPECT_DOUBLE_EQ(bubble, 3.0 / 27.0);  // a third of 1F1B's idle time
+}
+
+TEST(Estimate, SingleGpuStepIsComputePlusOptimizer) {
+  const ModelSpec m = load("gpt2");
+  const ClusterSpec c = round();
+  Plan p = gpt2_plan(1);
+  const Estimate e = estimate_step(m, c, p);
+  EXPECT_DOUBLE_EQ(e.bubble_fraction, 0);
+  EXPECT_DOUBLE_EQ(e.dp_exposed_s, 0);
+  EXPECT_DOUBLE_EQ(e.comm_bytes_per_gpu.tp + e.comm_bytes_per_gpu.pp + e.comm_bytes_per_gpu.dp, 0);
+  // Adam touches 28 bytes per parameter at 1,000 GB/s.
+  EXPECT_NEAR(e.optimizer_s, 124439808.0 * 28 / 1e12, 1e-12);
+  EXPECT_NEAR(e.step_time_s, e.pipeline_s + e.optimizer_s, 1e-15);
+  EXPECT_DOUBLE_EQ(e.tokens_per_s, 8 * 1024 / e.step_time_s);
+  EXPECT_NEAR(e.mfu, e.model_flops / e.step_time_s / 100e12, 1e-12);
+  EXPECT_GT(e.hardware_flops, 0);
+}
+
+// DP 4 (one node), ZeRO 0: an all-reduce of 2 bytes per parameter, exposed without overlap.
+TEST(Estimate, DataParallelTraffic) {
+  const ModelSpec m = load("gpt2");
+  const ClusterSpec c = round();
+  Plan p = gpt2_plan(1);
+  p.dp = 4;
+  const double grads = 2.0 * 124439808;
+  Estimate e = estimate_step(m, c, p);
+  EXPECT_NEAR(e.dp_exposed_s, 6e-6 + 1.5 * grads / 100e9, 1e-12);
+  EXPECT_DOUBLE_EQ(e.comm_bytes_per_gpu.dp, 1.5 * grads);
+  // ZeRO-3 with m = 2 micro-batches: 2 x (2 all-gathers + 1 reduce-scatter), 0.75 S each.
+  p.zero = 3;
+  e = estimate_step(m, c, p);
+  EXPECT_DOUBLE_EQ(e.comm_bytes_per_gpu.dp, 2 * 3 * 0.75 * grads);
+  // Overlapping the reduction with the last backward never exposes more of it.
+  Plan plain = gpt2_plan(1);
+  plain.dp = 4;
+  Plan overlap = plain;
+  overlap.execution.overlap_grad_reduce = true;
+  EXPECT_LT(estimate_step(m, c, overlap).dp_exposed_s, estimate_step(m, c, plain).dp_exposed_s);
+}
+
+}  // namespace
+}  // namespace parallax

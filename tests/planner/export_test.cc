@@ -1,0 +1,101 @@
+#include "planner/export.h"
+
+#include <gtest/gtest.h>
+
+namespace parallax {
+namespace {
+
+ModelSpec load(const std::string& name) { return load_model(name).value(); }
+
+Plan plan() {
+  Plan p;
+  p.tp = 8;
+  p.pp = 4;
+  p.dp = 2;
+  p.zero = 1;
+  p.micro_batch = 1;
+  p.global_batch = 64;
+  p.seq_len = 4096;
+  p.schedule = Schedule::kInterleaved;
+  p.virtual_stages = 2;
+  p.recompute = Recompute::kSelective;
+  p.sequence_parallel = true;
+  return p;
+}
+
+bool has(const std::string& text, const std::string& piece) { return text.find(piece) != std::string::npos; }
+
+TEST(Megatron, UpstreamSpellings) {
+  Result<std::string> args = megatron_arguments(load("llama2-70b"), plan());
+  ASSERT_TRUE(args.ok()) << args.error();
+  for (const char* piece :
+       {"--tensor-model-parallel-size 8", "--pipeline-model-parallel-size 4",
+        "--num-layers-per-virtual-pipeline-stage 10", "--sequence-parallel", "--micro-batch-size 1",
+        "--global-batch-size 64", "--seq-length 4096", "--num-layers 80", "--hidden-size 8192",
+        "--ffn-hidden-size 28672", "--num-attention-heads 64", "--group-query-attention", "--num-query-groups 8",
+        "--swiglu", "--normalization RMSNorm", "--position-embedding-type rope",
+        "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--bf16", "--use-distributed-optimizer",
+        "--recompute-granularity selective"})
+    EXPECT_TRUE(has(*args, piece)) << piece << "\n" << *args;
+  Plan full = plan();
+  full.recompute = Recompute::kFull;
+  args = megatron_arguments(load("llama2-70b"), full);
+  EXPECT_TRUE(has(*args, "--recompute-granularity full \\\n--recompute-method uniform \\\n--recompute-num-layers 1"));
+}
+
+TEST(Megatron, RefusesWhatItCannotExpress) {
+  Plan p = plan();
+  p.pp = 1;
+  p.schedule = Schedule::k1F1B;
+  p.virtual_stages = 1;
+  p.zero = 3;
+  EXPECT_EQ(megatron_arguments(load("13b"), p).error(),
+            "--emit megatron: zero 3 has no Megatron-LM equivalent (zero 1 = --use-distributed-optimizer); use --emit deepspeed");
+  p = plan();
+  p.schedule = Schedule::kZbH1;
+  p.virtual_stages = 1;
+  EXPECT_FALSE(megatron_arguments(load("13b"), p).ok());
+}
+
+TEST(DeepSpeed, Config) {
+  Plan p;
+  p.dp = 8;
+  p.zero = 3;
+  p.offload = true;
+  p.micro_batch = 2;
+  p.global_batch = 64;
+  p.seq_len = 4096;
+  p.recompute = Recompute::kFull;
+  Result<nlohmann::json> j = deepspeed_config(p);
+  ASSERT_TRUE(j.ok()) << j.error();
+  EXPECT_EQ((*j)["train_batch_size"], 64);
+  EXPECT_EQ((*j)["train_micro_batch_size_per_gpu"], 2);
+  EXPECT_EQ((*j)["gradient_accumulation_steps"], 4);
+  EXPECT_EQ((*j)["zero_optimization"]["stage"], 3);
+  EXPECT_EQ((*j)["zero_optimization"]["offload_optimizer"]["device"], "cpu");
+  EXPECT_EQ((*j)["zero_optimization"]["offload_param"]["device"], "cpu");
+  EXPECT_EQ((*j)["bf16"]["enabled"], true);
+  EXPECT_TRUE(j->contains("activation_checkpointing"));
+  p.recompute = Recompute::kSelective;
+  EXPECT_FALSE(deepspeed_config(p).ok());
+}
+
+TEST(EvaluationJson, HasTheContractKeys) {
+  const ModelSpec m = load("13b");
+  Plan p = plan();
+  p.pp = 2;
+  p.global_batch = 64;
+  const Estimate e = estimate_step(m, load_cluster("dgx-h100").value(), p);
+  const nlohmann::json j = evaluation_to_json(m, p, e);
+  for (const char* key : {"params_total", "memory_bytes", "peak_memory_bytes", "step_time_s", "tokens_per_s", "mfu",
+                          "model_tflops_per_gpu", "hardware_tflops_per_gpu", "bubble_fraction", "comm_bytes_per_gpu",
+                          "tp", "pp", "dp", "schedule", "fits_in_memory"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  for (const char* key : {"weights", "gradients", "optimizer", "activations", "buffers"})
+    EXPECT_TRUE(j["memory_bytes"].contains(key)) << key;
+  for (const char* key : {"tp", "pp", "dp"}) EXPECT_TRUE(j["comm_bytes_per_gpu"].contains(key)) << key;
+  EXPECT_EQ(j["params_total"], 13015864320);
+}
+
+}  // namespace
+}  // namespace parallax

@@ -1,0 +1,104 @@
+#include "planner/plan.h"
+
+#include <gtest/gtest.h>
+
+namespace parallax {
+namespace {
+
+ModelSpec load(const std::string& name) { return load_model(name).value(); }
+
+Plan base() {
+  Plan p;
+  p.tp = 8;
+  p.pp = 4;
+  p.dp = 2;
+  p.zero = 1;
+  p.micro_batch = 2;
+  p.global_batch = 64;
+  p.seq_len = 4096;
+  p.schedule = Schedule::kInterleaved;
+  p.virtual_stages = 2;
+  p.recompute = Recompute::kSelective;
+  p.sequence_parallel = true;
+  return p;
+}
+
+TEST(Plan, JsonRoundTrip) {
+  Plan p = base();
+  p.offload = true;
+  p.precision = Precision::kFp16;
+  p.execution.attention = AttentionKernel::kMaterialized;
+  p.execution.overlap_grad_reduce = true;
+  p.execution.dp_bucket_mib = 25;
+  Result<Plan> back = plan_from_json(plan_to_json(p), "p.json");
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(plan_to_json(*back), plan_to_json(p));
+  EXPECT_EQ(back->micro_batches(), 16);  // 64 / (2 * 2)
+}
+
+TEST(Plan, ValidPlanPasses) { EXPECT_TRUE(check_plan(base(), load("llama2-70b"), 8).ok()); }
+
+// Each constraint, with the line the user sees.
+TEST(Plan, ViolationsNameTheConstraint) {
+  const ModelSpec llama = load("llama2-70b");  // 64 heads, 8 KV heads, 80 layers, f 28672
+  auto error = [&](auto edit) {
+    Plan p = base();
+    edit(p);
+    Status s = check_plan(p, llama, 8);
+    return s.ok() ? std::string("ok") : s.error();
+  };
+  EXPECT_EQ(error([](Plan& p) { p.tp = 16; }),
+            "invalid plan: tp 16 does not divide num_key_value_heads 8");
+  EXPECT_EQ(error([](Plan& p) { p.tp = 3; }), "invalid plan: tp 3 does not divide num_attention_heads 64");
+  EXPECT_EQ(error([](Plan& p) { p.virtual_stages = 3; }),
+            "invalid plan: num_layers 80 is not divisible by pp 4 x virtual_stages 3");
+  EXPECT_EQ(error([](Plan& p) { p.global_batch = 65; }),
+            "invalid plan: global_batch 65 is not divisible by micro_batch 2 x dp 2 (m = B/(b*d) must be an integer)");
+  EXPECT_EQ(error([](Plan& p) { p.global_batch = 24; }),
+            "invalid plan: schedule interleaved needs micro-batches m = 6 to be a multiple of pp 4");
+  EXPECT_EQ(error([](Plan& p) { p.pp = 1; }),
+            "invalid plan: schedule interleaved needs pp >= 2 and virtual_stages >= 2 (pp 1, virtual_stages 2)");
+  EXPECT_EQ(error([](Plan& p) { p.schedule = Schedule::k1F1B; }),
+            "invalid plan: virtual_stages 2 needs schedule interleaved, not 1f1b");
+  EXPECT_EQ(error([](Plan& p) { p.tp = 1; }), "invalid plan: sequence_parallel needs tp > 1");
+  EXPECT_EQ(error([](Plan& p) { p.zero = 2; }),
+            "invalid plan: zero 2 cannot be combined with pp 4 (ZeRO-2/3 need pp 1; use zero 1 with pipelines)");
+  EXPECT_EQ(error([](Plan& p) { p.zero = 0; p.offload = true; }), "invalid plan: offload needs zero >= 1");
+  EXPECT_EQ(error([](Plan& p) { p.seq_len = 8192; }),
+            "invalid plan: seq_len 8192 exceeds the model's max_position_embeddings 4096");
+  // TP must stay inside a node unless allowed.
+  const ModelSpec gpt = load("gpt-1t");  // 160 heads
+  Plan p = base();
+  p.tp = 16;
+  p.seq_len = 2048;
+  EXPECT_EQ(check_plan(p, gpt, 8).error(),
+            "invalid plan: tp 16 does not fit in a node of 8 GPUs (set tp_across_nodes to allow)");
+  p.tp_across_nodes = true;
+  EXPECT_TRUE(check_plan(p, gpt, 8).ok());
+}
+
+TEST(Plan, JsonErrorsNameTheKey) {
+  auto error = [](nlohmann::json edit) {
+    nlohmann::json j = plan_to_json(base());
+    for (auto& [k, v] : edit.items()) {
+      if (v.is_null()) j.erase(k); else j[k] = v;
+    }
+    Result<Plan> p = plan_from_json(j, "p.json");
+    return p.ok() ? std::string("ok") : p.error();
+  };
+  EXPECT_EQ(error({{"schedule", "pipedream"}}),
+            "p.json: key 'schedule': unknown value 'pipedream' (expected gpipe|1f1b|interleaved|zb-h1)");
+  EXPECT_EQ(error({{"recompute", "some"}}),
+            "p.json: key 'recompute': unknown value 'some' (expected none|selective|full)");
+  EXPECT_EQ(error({{"tp", nullptr}}), "p.json: key 'tp': missing required key");
+  EXPECT_EQ(error({{"dp", 0}}), "p.json: key 'dp': must be >= 1, got 0");
+  EXPECT_EQ(error({{"zero", 4}}), "p.json: key 'zero': must be 0, 1, 2 or 3, got 4");
+  EXPECT_EQ(error({{"micro_batch", "2"}}), "p.json: key 'micro_batch': expected an integer, got \"2\"");
+  EXPECT_EQ(error({{"precision", "int8"}}),
+            "p.json: key 'precision': unknown value 'int8' (expected fp32|bf16|fp16)");
+  EXPECT_EQ(error({{"execution", {{"attention", "paged"}}}}),
+            "p.json: execution: key 'attention': unknown value 'paged' (expected flash|materialized)");
+}
+
+}  // namespace
+}  // namespace parallax

@@ -1,0 +1,52 @@
+#include "simulator/cluster_spec.h"
+
+#include <gtest/gtest.h>
+
+#include "test_cluster.h"
+
+namespace parallax {
+namespace {
+
+TEST(ClusterSpec, BundledClustersLoad) {
+  for (const char* name : {"dgx-h100", "dgx-a100", "hgx-h200"}) {
+    Result<ClusterSpec> c = load_cluster(name);
+    ASSERT_TRUE(c.ok()) << c.error();
+    EXPECT_EQ(c->node.gpus, 8) << name;
+  }
+  const ClusterSpec a100 = load_cluster("dgx-a100").value();
+  EXPECT_DOUBLE_EQ(a100.gpu.peak_flops(Precision::kBf16), 312e12);
+  EXPECT_DOUBLE_EQ(a100.network.bw_per_gpu_gbps, 25);  // 200 Gb/s HDR per GPU
+  EXPECT_DOUBLE_EQ(load_cluster("dgx-h100").value().gpu.peak_flops(Precision::kFp32), 66.9e12);
+}
+
+TEST(ClusterSpec, RoundTestCluster) {
+  Result<ClusterSpec> c = cluster_from_json(testing_support::round_cluster_json(), "round.json");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_DOUBLE_EQ(c->gpu.hbm_bytes(), 64.0 * 1073741824.0);
+}
+
+TEST(ClusterSpec, ErrorsNameSectionAndKey) {
+  auto error_after = [](auto edit) {
+    nlohmann::json j = testing_support::round_cluster_json();
+    edit(j);
+    Result<ClusterSpec> c = cluster_from_json(j, "c.json");
+    return c.ok() ? std::string("ok") : c.error();
+  };
+  EXPECT_EQ(error_after([](nlohmann::json& j) { j["gpu"].erase("hbm_gbps"); }),
+            "c.json: gpu: key 'hbm_gbps': missing required key");
+  EXPECT_EQ(error_after([](nlohmann::json& j) { j["node"]["gpus"] = 0; }),
+            "c.json: node: key 'gpus': must be >= 1, got 0");
+  EXPECT_EQ(error_after([](nlohmann::json& j) { j["gpu"]["gemm_max_efficiency"] = 1.5; }),
+            "c.json: gpu: key 'gemm_max_efficiency': is a fraction and must be <= 1");
+  EXPECT_EQ(error_after([](nlohmann::json& j) { j["network"]["topology"] = "torus"; }),
+            "c.json: network: key 'topology': unknown 'torus' (supported: fat-tree)");
+  EXPECT_EQ(error_after([](nlohmann::json& j) { j["host"].erase("source"); }),
+            "c.json: host: key 'source': missing required key");
+  EXPECT_EQ(error_after([](nlohmann::json& j) { j.erase("network"); }),
+            "c.json: key 'network': missing required key");
+  EXPECT_EQ(error_after([](nlohmann::json& j) { j["gpu"]["peak_tflops"]["bf16"] = -1; }),
+            "c.json: gpu.peak_tflops: key 'bf16': must be > 0, got -1");
+}
+
+}  // namespace
+}  // namespace parallax

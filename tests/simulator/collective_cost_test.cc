@@ -1,0 +1,62 @@
+#include "simulator/collective_cost.h"
+
+#include <gtest/gtest.h>
+
+#include "test_cluster.h"
+
+namespace parallax {
+namespace {
+
+ClusterSpec round() { return cluster_from_json(testing_support::round_cluster_json(), "round").value(); }
+
+TEST(Placement, FollowsRankOrder) {
+  // TP 8 (stride 1) fills one node.
+  GroupPlacement tp = place_group(8, 1, 8);
+  EXPECT_EQ(tp.ranks_per_node, 8);
+  EXPECT_EQ(tp.nodes, 1);
+  // DP 16 with TP 4: members 4 apart, 2 per node, 8 nodes.
+  GroupPlacement dp = place_group(16, 4, 8);
+  EXPECT_EQ(dp.ranks_per_node, 2);
+  EXPECT_EQ(dp.nodes, 8);
+  // PP 4 with TP x DP = 64: one member per node.
+  GroupPlacement pp = place_group(4, 64, 8);
+  EXPECT_EQ(pp.ranks_per_node, 1);
+  EXPECT_EQ(pp.nodes, 4);
+  // DP 2 with TP 2: both inside one node.
+  EXPECT_EQ(place_group(2, 2, 8).nodes, 1);
+}
+
+TEST(Links, IntraNodeAndNetwork) {
+  const ClusterSpec c = round();
+  LinkTier nv = group_link(c, place_group(8, 1, 8));
+  EXPECT_FALSE(nv.crosses_nodes);
+  EXPECT_DOUBLE_EQ(nv.busbw_Bps, 100e9);
+  EXPECT_DOUBLE_EQ(nv.latency_s, 1e-6);
+  // 2 members per node, 4 nodes (one leaf): 2 NICs x 10 GB/s = 20 GB/s.
+  LinkTier net = group_link(c, place_group(8, 4, 8));
+  EXPECT_TRUE(net.crosses_nodes);
+  EXPECT_DOUBLE_EQ(net.busbw_Bps, 20e9);
+  EXPECT_DOUBLE_EQ(net.latency_s, 10e-6);
+  // 8 nodes > 4 per leaf with oversubscription 2: 1 NIC x 10 GB/s / 2 = 5 GB/s.
+  EXPECT_DOUBLE_EQ(group_link(c, place_group(8, 8, 8)).busbw_Bps, 5e9);
+  // 8 members per node would be 80 GB/s of NICs; NVLink's 100 GB/s does not cap it.
+  EXPECT_DOUBLE_EQ(group_link(c, place_group(16, 1, 8)).busbw_Bps, 80e9);
+}
+
+// Ring all-reduce of S = 1 GB over n = 8 at 100 GB/s busbw and 1 us per step:
+//   2(n-1) alpha + 2(n-1)/n S / busbw = 14 us + 1.75e9 / 100e9 s = 14 us + 17.5 ms = 17.514 ms;
+// reduce-scatter and all-gather: 7 us + 8.75 ms; send/recv: 1 us + 10 ms.
+TEST(Collectives, RingAlphaBeta) {
+  const LinkTier link = group_link(round(), place_group(8, 1, 8));
+  EXPECT_NEAR(collective_time_s(Collective::kAllReduce, 1e9, 8, link), 0.017514, 1e-12);
+  EXPECT_NEAR(collective_time_s(Collective::kReduceScatter, 1e9, 8, link), 0.008757, 1e-12);
+  EXPECT_NEAR(collective_time_s(Collective::kAllGather, 1e9, 8, link), 0.008757, 1e-12);
+  EXPECT_NEAR(collective_time_s(Collective::kSendRecv, 1e9, 2, link), 0.010001, 1e-12);
+  EXPECT_DOUBLE_EQ(collective_time_s(Collective::kAllReduce, 1e9, 1, link), 0);
+  EXPECT_DOUBLE_EQ(collective_bytes_per_rank(Collective::kAllReduce, 1e9, 8), 1.75e9);
+  EXPECT_DOUBLE_EQ(collective_bytes_per_rank(Collective::kAllGather, 1e9, 8), 0.875e9);
+  EXPECT_DOUBLE_EQ(collective_bytes_per_rank(Collective::kSendRecv, 1e9, 2), 1e9);
+}
+
+}  // namespace
+}  // namespace parallax

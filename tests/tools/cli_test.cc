@@ -1,0 +1,175 @@
+// End-to-end tests of the command-line contracts: exit 0 with results, exit 2 with one line that
+// names the file, key or constraint for every kind of bad input.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct ToolRun {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string bin(const std::string& tool) {
+  const char* dir = std::getenv("PARALLAX_BIN_DIR");
+  return std::string(dir ? dir : "build/bin") + "/" + tool;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+ToolRun run(const std::string& tool, const std::string& args) {
+  // ctest runs tests in parallel processes: name the capture files after this one.
+  const std::string stem = testing::TempDir() + "/cli_" + std::to_string(getpid());
+  const std::string out = stem + ".out", err = stem + ".err";
+  const std::string cmd = bin(tool) + " " + args + " >" + out + " 2>" + err + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  ToolRun r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::string temp_file(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Exit 2, exactly one line on stderr, containing `piece`.
+void expect_bad_input(const ToolRun& r, const std::string& piece) {
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(piece), std::string::npos) << "expected '" << piece << "' in: " << r.err;
+  EXPECT_EQ(r.err.find("terminate"), std::string::npos);
+}
+
+TEST(Planner, DemoPrintsARankedTable) {
+  ToolRun r = run("planner", "--model 13b --gpus 64");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("rank"), std::string::npos);
+  EXPECT_NE(r.out.find("configurations considered"), std::string::npos);
+  EXPECT_NE(r.out.find("seq_len 4096, global batch 1024"), std::string::npos);  // defaults stated
+}
+
+TEST(Planner, JsonAndCsv) {
+  ToolRun r = run("planner", "--model 13b --gpus 64 --format json --top 5");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["plans"].size(), 5u);
+  EXPECT_GT(j["configurations_considered"].get<int64_t>(), 0);
+  EXPECT_EQ(j["defaults"]["global_batch"], 1024);
+  EXPECT_TRUE(j["rejected"].contains("out_of_memory"));
+  ToolRun csv = run("planner", "--model 13b --gpus 64 --format csv --top 3");
+  ASSERT_EQ(csv.code, 0);
+  EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 4);
+}
+
+TEST(Planner, EmittedPlanSimulatesToTheSameStepTime) {
+  ToolRun plan = run("planner", "--model llama3-8b --gpus 16 --emit plan --rank 2");
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  const std::string path = temp_file("emitted_plan.json", plan.out);
+  ToolRun sim = run("simulate", "--model llama3-8b --plan " + path + " --format json");
+  ASSERT_EQ(sim.code, 0) << sim.err;
+  ToolRun ranked = run("planner", "--model llama3-8b --gpus 16 --format json --top 2");
+  const double planned = nlohmann::json::parse(ranked.out)["plans"][1]["step_time_s"];
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(sim.out)["step_time_s"].get<double>(), planned);
+}
+
+TEST(Planner, EmitsFrameworkConfigs) {
+  ToolRun m = run("planner", "--model 13b --gpus 64 --emit megatron --top 200 --rank 1");
+  // The best plan may use a schedule Megatron lacks; then the error names it.
+  if (m.code == 0) EXPECT_NE(m.out.find("--tensor-model-parallel-size"), std::string::npos);
+  else expect_bad_input(m, "--emit megatron");
+  ToolRun bad = run("planner", "--model 13b --gpus 64 --emit yaml");
+  expect_bad_input(bad, "--emit: unknown 'yaml'");
+  expect_bad_input(run("planner", "--model 13b --gpus 64 --emit plan --rank 100000"), "--rank 100000 is out of range");
+}
+
+TEST(Planner, BadInputs) {
+  expect_bad_input(run("planner", "--gpus 8"), "--model");
+  expect_bad_input(run("planner", "--model nope --gpus 8"), "nope: cannot open file");
+  expect_bad_input(run("planner", "--model 13b --gpus 0"), "--gpus must be >= 1, got 0");
+  expect_bad_input(run("planner", "--model 13b --gpus -8"), "--gpus");
+  expect_bad_input(run("planner", "--model 13b --gpus many"), "--gpus");
+  expect_bad_input(run("planner", "--model 13b --gpus 8 --format xml"), "--format: unknown 'xml'");
+  expect_bad_input(run("planner", "--model 13b --gpus 8 --precision int4"), "--precision: unknown 'int4'");
+  expect_bad_input(run("planner", "--model 13b --gpus 8 --seq-len 100000"), "exceeds max_position_embeddings");
+  expect_bad_input(run("planner", "--model llama3.1-405b --gpus 1"), "no plan of model 'llama3.1-405b' fits 1 GPU(s)");
+  expect_bad_input(run("planner", "--model 13b --gpus 8 --cluster nowhere"), "nowhere: cannot open file");
+}
+
+TEST(Planner, BadModelFiles) {
+  expect_bad_input(run("planner", "--gpus 8 --model " + temp_file("bad1.json", "{\"model_type\": \"llama\",")),
+                   "bad1.json: malformed JSON");
+  expect_bad_input(run("planner", "--gpus 8 --model " + temp_file("bad2.json", R"({"model_type":"gpt2","n_embd":768})")),
+                   "bad2.json: key 'n_layer': missing required key");
+  expect_bad_input(
+      run("planner", "--gpus 8 --model " +
+                         temp_file("bad3.json", R"({"model_type":"gpt2","n_embd":768,"n_layer":"12","n_head":12,
+                                                   "vocab_size":50257,"n_positions":1024})")),
+      "bad3.json: key 'n_layer': expected an integer");
+  expect_bad_input(
+      run("planner", "--gpus 8 --model " +
+                         temp_file("bad4.json", R"({"model_type":"gpt2","n_embd":0,"n_layer":12,"n_head":12,
+                                                   "vocab_size":50257,"n_positions":1024})")),
+      "bad4.json: key 'n_embd': must be >= 1, got 0");
+}
+
+TEST(Planner, BadClusterFile) {
+  expect_bad_input(run("planner", "--model 13b --gpus 8 --cluster " +
+                                      temp_file("c.json", R"({"name":"x","gpu":{},"node":{},"network":{},"host":{}})")),
+                   "c.json: gpu: key 'name': missing required key");
+}
+
+TEST(Simulate, FlagsAndDefaults) {
+  ToolRun r = run("simulate", "--model 13b --tp 8 --pp 2 --dp 4 --micro-batch 1 --format json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["defaults"]["seq_len"], 4096);
+  EXPECT_EQ(j["defaults"]["global_batch"], 1024);
+  EXPECT_EQ(j["defaults"]["precision"], "bf16");
+  EXPECT_TRUE(j["fits_in_memory"].get<bool>());
+  ToolRun table = run("simulate", "--model 13b --tp 8 --pp 2 --dp 4 --micro-batch 1");
+  ASSERT_EQ(table.code, 0);
+  EXPECT_NE(table.out.find("defaults chosen"), std::string::npos);
+}
+
+TEST(Simulate, PlanThatDoesNotFitIsReportedNotRefused) {
+  ToolRun r = run("simulate", "--model llama2-70b --tp 1 --pp 1 --dp 1 --micro-batch 1 --global-batch 8 --format json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(nlohmann::json::parse(r.out)["fits_in_memory"].get<bool>());
+  EXPECT_NE(r.err.find("warning: plan does not fit"), std::string::npos);
+}
+
+TEST(Simulate, BadInputs) {
+  expect_bad_input(run("simulate", "--model 13b --tp 3 --pp 1 --dp 1 --micro-batch 1"),
+                   "invalid plan: tp 3 does not divide num_attention_heads 40");
+  expect_bad_input(run("simulate", "--model 13b --tp 8 --pp 1 --dp 1 --micro-batch 1 --schedule pipedream"),
+                   "--schedule: unknown 'pipedream'");
+  expect_bad_input(run("simulate", "--model 13b --tp 8 --pp 1 --dp 1"), "--micro-batch is required without --plan");
+  expect_bad_input(run("simulate", "--model 13b --tp 8 --pp 3 --dp 1 --micro-batch 1"),
+                   "num_layers 40 is not divisible by pp 3");
+  expect_bad_input(run("simulate", "--model 13b --tp 8 --pp 2 --dp 1 --micro-batch 3 --global-batch 16"),
+                   "global_batch 16 is not divisible by micro_batch 3");
+  expect_bad_input(run("simulate", "--model 13b --plan " + temp_file("p.json", R"({"tp": 8})")),
+                   "p.json: key 'pp': missing required key");
+  expect_bad_input(run("simulate", "--model 13b --tp 8 --pp 1 --dp 1 --micro-batch 1 --zero 5"),
+                   "--zero must be 0, 1, 2 or 3, got 5");
+}
+
+}  // namespace

@@ -1,0 +1,107 @@
+#include "tools/cli.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+namespace parallax::cli {
+
+namespace {
+std::string g_tool = "parallax";
+}
+
+void set_tool_name(const std::string& name) { g_tool = name; }
+
+void fail(const std::string& message) {
+  std::cout.flush();
+  std::cerr << g_tool << ": error: " << message << "\n";
+  std::exit(2);
+}
+
+void warn(const std::string& message) { std::cerr << g_tool << ": warning: " << message << "\n"; }
+
+void parse(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::exit(app.exit(e));
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    for (char& c : what)
+      if (c == '\n') c = ' ';
+    fail(what + " (see --help)");
+  }
+}
+
+ModelSpec load_model_or_fail(const std::string& name_or_path) { return value_or_fail(load_model(name_or_path)); }
+ClusterSpec load_cluster_or_fail(const std::string& name_or_path) {
+  return value_or_fail(load_cluster(name_or_path));
+}
+
+int64_t default_seq_len(const ModelSpec& m) { return std::min<int64_t>(m.max_positions, 4096); }
+
+int64_t default_global_batch(int64_t seq_len) {
+  // About 4M tokens per step (Llama 2 and 3 pre-training), rounded to a power of two so that it
+  // divides by the usual DP degrees.
+  const double sequences = 4194304.0 / static_cast<double>(seq_len);
+  return std::max<int64_t>(1, static_cast<int64_t>(std::exp2(std::round(std::log2(sequences)))));
+}
+
+Precision parse_precision_or_fail(const std::string& text) {
+  if (auto p = parse_precision(text)) return *p;
+  fail("--precision: unknown '" + text + "' (expected fp32|bf16|fp16)");
+}
+Schedule parse_schedule_or_fail(const std::string& text) {
+  if (auto s = parse_schedule(text)) return *s;
+  fail("--schedule: unknown '" + text + "' (expected gpipe|1f1b|interleaved|zb-h1)");
+}
+Recompute parse_recompute_or_fail(const std::string& text) {
+  if (auto r = parse_recompute(text)) return *r;
+  fail("--recompute: unknown '" + text + "' (expected none|selective|full)");
+}
+
+void require_format(const std::string& format, const std::vector<std::string>& allowed) {
+  std::string list;
+  for (const std::string& a : allowed) {
+    if (a == format) return;
+    list += (list.empty() ? "" : "|") + a;
+  }
+  fail("--format: unknown '" + format + "' (expected " + list + ")");
+}
+
+std::string render_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(header.size());
+  for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
+  for (const auto& row : rows)
+    for (size_t c = 0; c < row.size() && c < width.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  std::ostringstream out;
+  auto line = [&](const std::vector<std::string>& cells) {
+    for (size_t c = 0; c < cells.size(); ++c) {
+      const std::string pad(width[c] - cells[c].size(), ' ');
+      out << (c ? "  " : "") << (c == 0 ? cells[c] + pad : pad + cells[c]);
+    }
+    out << "\n";
+  };
+  line(header);
+  size_t total = 0;
+  for (size_t w : width) total += w + 2;
+  out << std::string(total - 2, '-') << "\n";
+  for (const auto& row : rows) line(row);
+  return out.str();
+}
+
+std::string fixed(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
+  return buffer;
+}
+
+std::string csv_line(const std::vector<std::string>& cells) {
+  std::string out;
+  for (size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + cells[i];
+  return out + "\n";
+}
+
+}  // namespace parallax::cli

@@ -1,0 +1,48 @@
+// Shared plumbing of the command-line tools: parse with CLI11, turn any error into one line on
+// stderr and exit code 2, load the three inputs by name or path, and print aligned tables. Only
+// tools/ parses command lines or prints.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "models/model_spec.h"
+#include "planner/plan.h"
+#include "simulator/cluster_spec.h"
+
+namespace parallax::cli {
+
+// Prints "<tool>: error: <message>" and exits with code 2.
+[[noreturn]] void fail(const std::string& message);
+void set_tool_name(const std::string& name);
+void warn(const std::string& message);
+
+// Parses argv; --help prints and exits 0, a bad flag exits 2 with one line.
+void parse(CLI::App& app, int argc, char** argv);
+
+template <class T>
+T value_or_fail(Result<T> r) {
+  if (!r.ok()) fail(r.error());
+  return std::move(r).value();
+}
+
+ModelSpec load_model_or_fail(const std::string& name_or_path);
+ClusterSpec load_cluster_or_fail(const std::string& name_or_path);
+
+// Defaults the tools state in their output when the user gave none.
+int64_t default_seq_len(const ModelSpec& m);
+int64_t default_global_batch(int64_t seq_len);
+
+Precision parse_precision_or_fail(const std::string& text);
+Schedule parse_schedule_or_fail(const std::string& text);
+Recompute parse_recompute_or_fail(const std::string& text);
+void require_format(const std::string& format, const std::vector<std::string>& allowed);
+
+// A plain text table: left-aligned first column, right-aligned numbers.
+std::string render_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
+std::string fixed(double value, int decimals);
+std::string csv_line(const std::vector<std::string>& cells);
+
+}  // namespace parallax::cli

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Parallax builds against, only those that are missing.
+# Used by `make demo`, `make test` and CI; safe to run again. Needs root (or sudo).
+set -euo pipefail
+PACKAGES=(
+  cmake g++ make ninja-build
+  nlohmann-json3-dev libeigen3-dev libboost-graph-dev libcli11-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,166 @@
+// planner: ranks every legal way to split a model over N GPUs of a cluster by predicted step time.
+//   planner --model M --gpus N [--cluster C] [--global-batch B] [--seq-len S] [--top K]
+//           [--format table|json|csv] [--emit plan|megatron|deepspeed --rank R] [--precision P]
+#include <chrono>
+#include <iostream>
+
+#include "planner/export.h"
+#include "planner/search.h"
+#include "tools/cli.h"
+
+namespace parallax {
+namespace {
+
+constexpr double kGiB = 1073741824.0;
+
+struct Options {
+  std::string model, cluster = "dgx-h100", format = "table", emit, precision = "bf16";
+  int64_t gpus = 0, global_batch = 0, seq_len = 0, top = 10, rank = 1;
+  int threads = 0;
+  bool overlap_grad_reduce = false;
+};
+
+std::string schedule_cell(const Plan& p) {
+  if (p.schedule == Schedule::kInterleaved) return "interleaved:" + std::to_string(p.virtual_stages);
+  return schedule_name(p.schedule);
+}
+
+std::vector<std::string> row(size_t rank, const RankedPlan& r, const ClusterSpec& c) {
+  const Plan& p = r.plan;
+  const Estimate& e = r.estimate;
+  const double comm_gb = (e.comm_bytes_per_gpu.tp + e.comm_bytes_per_gpu.pp + e.comm_bytes_per_gpu.dp) / 1e9;
+  return {std::to_string(rank), std::to_string(p.tp), std::to_string(p.pp), std::to_string(p.dp),
+          std::to_string(p.zero) + (p.offload ? "+off" : ""), std::to_string(p.micro_batch), schedule_cell(p),
+          recompute_name(p.recompute), p.sequence_parallel ? "yes" : "no", cli::fixed(e.step_time_s, 3),
+          cli::fixed(e.tokens_per_s, 0), cli::fixed(100 * e.mfu, 1), cli::fixed(e.peak_memory_bytes / kGiB, 1),
+          cli::fixed(100 * e.peak_memory_bytes / c.gpu.hbm_bytes(), 0), cli::fixed(100 * e.bubble_fraction, 1),
+          cli::fixed(comm_gb, 1)};
+}
+
+const std::vector<std::string> kHeader = {"rank", "TP", "PP", "DP", "ZeRO", "mb", "schedule", "recompute", "SP",
+                                          "step_s", "tokens/s", "MFU%", "mem_GiB", "HBM%", "bubble%", "comm_GB"};
+
+nlohmann::json rejections_json(const SearchResult& r) {
+  nlohmann::json j = nlohmann::json::object();
+  for (size_t k = 0; k < kRejectionKinds; ++k)
+    if (r.rejected[k] > 0) j[rejection_key(k)] = r.rejected[k];
+  return j;
+}
+
+std::string no_plan_message(const SearchResult& r, const ModelSpec& m, const ClusterSpec& c, int64_t gpus) {
+  std::string msg = "no plan of model '" + m.name + "' fits " + std::to_string(gpus) + " GPU(s) of '" + c.name +
+                    "' (" + cli::fixed(c.gpu.hbm_gib, 1) + " GiB each): " + std::to_string(r.considered) +
+                    " configurations considered, rejected:";
+  for (size_t k = 0; k < kRejectionKinds; ++k)
+    if (r.rejected[k] > 0) msg += " " + std::string(rejection_key(k)) + "=" + std::to_string(r.rejected[k]);
+  return msg;
+}
+
+void emit(const Options& o, const ModelSpec& m, const SearchResult& r) {
+  if (o.rank < 1 || static_cast<size_t>(o.rank) > r.plans.size())
+    cli::fail("--rank " + std::to_string(o.rank) + " is out of range: " + std::to_string(r.plans.size()) +
+              " plan(s) ranked (raise --top to see more)");
+  const Plan& p = r.plans[o.rank - 1].plan;
+  if (o.emit == "plan") {
+    std::cout << plan_to_json(p).dump(2) << "\n";
+  } else if (o.emit == "megatron") {
+    std::cout << cli::value_or_fail(megatron_arguments(m, p));
+  } else if (o.emit == "deepspeed") {
+    std::cout << cli::value_or_fail(deepspeed_config(p)).dump(2) << "\n";
+  } else {
+    cli::fail("--emit: unknown '" + o.emit + "' (expected plan|megatron|deepspeed)");
+  }
+}
+
+void print(const Options& o, const ModelSpec& m, const ClusterSpec& c, const SearchOptions& so,
+           const SearchResult& r, double seconds) {
+  if (o.format == "json") {
+    nlohmann::json j;
+    j["model"] = m.name;
+    j["cluster"] = c.name;
+    j["gpus"] = so.gpus;
+    j["params_total"] = total_params(m);
+    j["defaults"] = {{"seq_len", so.seq_len}, {"global_batch", so.global_batch},
+                     {"precision", precision_name(so.precision)}};
+    j["configurations_considered"] = r.considered;
+    j["configurations_evaluated"] = r.evaluated;
+    j["configurations_feasible"] = r.feasible;
+    j["rejected"] = rejections_json(r);
+    j["search_time_s"] = seconds;
+    j["plans"] = nlohmann::json::array();
+    for (const RankedPlan& p : r.plans) j["plans"].push_back(evaluation_to_json(m, p.plan, p.estimate));
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < r.plans.size(); ++i) rows.push_back(row(i + 1, r.plans[i], c));
+  if (o.format == "csv") {
+    std::cout << cli::csv_line(kHeader);
+    for (const auto& cells : rows) std::cout << cli::csv_line(cells);
+    return;
+  }
+  std::cout << "model " << m.name << " (" << m.model_type << ", " << cli::fixed(total_params(m) / 1e9, 2)
+            << "B parameters) on " << so.gpus << " x " << c.gpu.name << " (" << c.name << ")\n"
+            << "seq_len " << so.seq_len << ", global batch " << so.global_batch << " sequences ("
+            << so.global_batch * so.seq_len << " tokens), " << precision_name(so.precision)
+            << " precision, attention " << attention_name(so.execution.attention) << "\n\n"
+            << cli::render_table(kHeader, rows) << "\n"
+            << r.considered << " configurations considered, " << r.evaluated << " legal and distinct, "
+            << r.feasible << " fit in memory; searched in " << cli::fixed(seconds * 1e3, 1) << " ms\n"
+            << "rejected:";
+  for (size_t k = 0; k < kRejectionKinds; ++k)
+    if (r.rejected[k] > 0) std::cout << " " << rejection_key(k) << "=" << r.rejected[k];
+  std::cout << "\n";
+}
+
+int run(int argc, char** argv) {
+  cli::set_tool_name("planner");
+  CLI::App app{"Rank every legal way to split a model over N GPUs by predicted step time."};
+  Options o;
+  app.add_option("--model", o.model, "Hugging Face config.json, or a name in models/ (e.g. 13b)")->required();
+  app.add_option("--gpus", o.gpus, "number of GPUs")->required();
+  app.add_option("--cluster", o.cluster, "cluster JSON, or a name in clusters/")->capture_default_str();
+  app.add_option("--global-batch", o.global_batch, "sequences per step (default: ~4M tokens)");
+  app.add_option("--seq-len", o.seq_len, "sequence length (default: min(max positions, 4096))");
+  app.add_option("--top", o.top, "plans to show")->capture_default_str();
+  app.add_option("--format", o.format, "table|json|csv")->capture_default_str();
+  app.add_option("--emit", o.emit, "print plan --rank as plan|megatron|deepspeed");
+  app.add_option("--rank", o.rank, "which ranked plan --emit prints (1 = best)")->capture_default_str();
+  app.add_option("--precision", o.precision, "bf16|fp16|fp32")->capture_default_str();
+  app.add_option("--threads", o.threads, "search threads (default: all cores)");
+  app.add_flag("--overlap-grad-reduce", o.overlap_grad_reduce, "overlap DP gradient reduction with backward");
+  cli::parse(app, argc, argv);
+  cli::require_format(o.format, {"table", "json", "csv"});
+  if (o.gpus < 1) cli::fail("--gpus must be >= 1, got " + std::to_string(o.gpus));
+  if (o.top < 1) cli::fail("--top must be >= 1, got " + std::to_string(o.top));
+  if (app.count("--global-batch") && o.global_batch < 1) cli::fail("--global-batch must be >= 1");
+  if (app.count("--seq-len") && o.seq_len < 1) cli::fail("--seq-len must be >= 1");
+
+  const ModelSpec m = cli::load_model_or_fail(o.model);
+  const ClusterSpec c = cli::load_cluster_or_fail(o.cluster);
+  SearchOptions so;
+  so.gpus = o.gpus;
+  so.seq_len = o.seq_len > 0 ? o.seq_len : cli::default_seq_len(m);
+  so.global_batch = o.global_batch > 0 ? o.global_batch : cli::default_global_batch(so.seq_len);
+  so.precision = cli::parse_precision_or_fail(o.precision);
+  so.execution.overlap_grad_reduce = o.overlap_grad_reduce;
+  so.top_k = static_cast<size_t>(std::max<int64_t>(o.top, o.rank));
+  so.threads = o.threads;
+
+  const auto start = std::chrono::steady_clock::now();
+  SearchResult r = cli::value_or_fail(search(m, c, so));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (r.plans.empty()) cli::fail(no_plan_message(r, m, c, o.gpus));
+  if (!o.emit.empty()) {
+    emit(o, m, r);
+    return 0;
+  }
+  if (r.plans.size() > static_cast<size_t>(o.top)) r.plans.resize(o.top);
+  print(o, m, c, so, r, seconds);
+  return 0;
+}
+
+}  // namespace
+}  // namespace parallax
+
+int main(int argc, char** argv) { return parallax::run(argc, argv); }

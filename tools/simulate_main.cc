@@ -1,0 +1,148 @@
+// simulate: predicts one training step of one plan (from --plan or from flags).
+//   simulate --model M [--cluster C] (--plan PLAN.json | --tp T --pp P --dp D [--zero Z]
+//            --micro-batch b --global-batch B [--schedule S] [--virtual-stages v] [--recompute R]
+//            [--sequence-parallel] [--seq-len S] [--precision P]) [--trace OUT.json] [--format F]
+// Until the discrete-event engine lands, the prediction is the planner's analytical estimate.
+#include <iostream>
+
+#include "planner/estimate.h"
+#include "planner/export.h"
+#include "tools/cli.h"
+
+namespace parallax {
+namespace {
+
+constexpr double kGiB = 1073741824.0;
+
+struct Options {
+  std::string model, cluster = "dgx-h100", plan_file, format = "table", trace;
+  std::string schedule = "1f1b", recompute = "none", precision = "bf16";
+  int64_t tp = 1, pp = 1, dp = 1, zero = 0, micro_batch = 1, global_batch = 0, virtual_stages = 1, seq_len = 0;
+  bool sequence_parallel = false, offload = false, tp_across_nodes = false, overlap_grad_reduce = false;
+};
+
+Plan plan_from_flags(const Options& o, const CLI::App& app, const ModelSpec& m, nlohmann::json& defaults) {
+  for (const char* flag : {"--tp", "--pp", "--dp", "--micro-batch"})
+    if (!app.count(flag)) cli::fail(std::string(flag) + " is required without --plan");
+  for (const auto& [flag, value] : {std::pair{"--tp", o.tp}, {"--pp", o.pp}, {"--dp", o.dp},
+                                    {"--micro-batch", o.micro_batch}, {"--virtual-stages", o.virtual_stages}})
+    if (value < 1) cli::fail(std::string(flag) + " must be >= 1, got " + std::to_string(value));
+  if (o.zero < 0 || o.zero > 3) cli::fail("--zero must be 0, 1, 2 or 3, got " + std::to_string(o.zero));
+  Plan p;
+  p.tp = o.tp;
+  p.pp = o.pp;
+  p.dp = o.dp;
+  p.zero = static_cast<int>(o.zero);
+  p.micro_batch = o.micro_batch;
+  p.seq_len = o.seq_len;
+  if (!app.count("--seq-len")) {
+    p.seq_len = cli::default_seq_len(m);
+    defaults["seq_len"] = p.seq_len;
+  } else if (o.seq_len < 1) {
+    cli::fail("--seq-len must be >= 1");
+  }
+  p.global_batch = o.global_batch;
+  if (!app.count("--global-batch")) {
+    p.global_batch = cli::default_global_batch(p.seq_len);
+    defaults["global_batch"] = p.global_batch;
+  } else if (o.global_batch < 1) {
+    cli::fail("--global-batch must be >= 1");
+  }
+  if (!app.count("--precision")) defaults["precision"] = o.precision;
+  p.schedule = cli::parse_schedule_or_fail(o.schedule);
+  p.virtual_stages = o.virtual_stages;
+  p.recompute = cli::parse_recompute_or_fail(o.recompute);
+  p.precision = cli::parse_precision_or_fail(o.precision);
+  p.sequence_parallel = o.sequence_parallel;
+  p.offload = o.offload;
+  p.tp_across_nodes = o.tp_across_nodes;
+  p.execution.overlap_grad_reduce = o.overlap_grad_reduce;
+  return p;
+}
+
+void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const Estimate& e,
+                 const nlohmann::json& defaults) {
+  auto gib = [](double b) { return cli::fixed(b / kGiB, 2) + " GiB"; };
+  std::vector<std::vector<std::string>> rows = {
+      {"step time", cli::fixed(e.step_time_s, 4) + " s"},
+      {"  pipeline (incl. bubble)", cli::fixed(e.pipeline_s, 4) + " s"},
+      {"  exposed DP/ZeRO comm", cli::fixed(e.dp_exposed_s, 4) + " s"},
+      {"  optimizer", cli::fixed(e.optimizer_s, 4) + " s"},
+      {"tokens/s", cli::fixed(e.tokens_per_s, 0)},
+      {"MFU", cli::fixed(100 * e.mfu, 1) + " %"},
+      {"model / hardware TFLOP/s per GPU", cli::fixed(e.model_tflops_per_gpu, 1) + " / " + cli::fixed(e.hardware_tflops_per_gpu, 1)},
+      {"bubble", cli::fixed(100 * e.bubble_fraction, 1) + " %"},
+      {"peak memory per GPU", gib(e.peak_memory_bytes) + " (" + cli::fixed(100 * e.peak_memory_bytes / c.gpu.hbm_bytes(), 0) + " % of HBM)"},
+      {"  weights / gradients / optimizer", gib(e.memory.weights) + " / " + gib(e.memory.gradients) + " / " + gib(e.memory.optimizer)},
+      {"  activations / buffers / margin", gib(e.memory.activations) + " / " + gib(e.memory.buffers) + " / " + gib(e.memory.margin)},
+      {"comm per GPU tp / pp / dp", cli::fixed(e.comm_bytes_per_gpu.tp / 1e9, 2) + " / " + cli::fixed(e.comm_bytes_per_gpu.pp / 1e9, 2) + " / " + cli::fixed(e.comm_bytes_per_gpu.dp / 1e9, 2) + " GB"}};
+  std::cout << "model " << m.name << " on " << p.gpus() << " x " << c.gpu.name << " (" << c.name << "): TP "
+            << p.tp << " PP " << p.pp << " DP " << p.dp << " ZeRO " << p.zero << ", micro-batch " << p.micro_batch
+            << " x " << p.micro_batches() << ", " << schedule_name(p.schedule)
+            << (p.schedule == Schedule::kInterleaved ? " v=" + std::to_string(p.virtual_stages) : "")
+            << ", recompute " << recompute_name(p.recompute) << (p.sequence_parallel ? ", SP" : "")
+            << ", seq_len " << p.seq_len << ", global batch " << p.global_batch << ", " << precision_name(p.precision)
+            << "\n";
+  if (!defaults.empty()) std::cout << "defaults chosen: " << defaults.dump() << "\n";
+  std::cout << "estimate: analytical model\n\n" << cli::render_table({"quantity", "value"}, rows);
+}
+
+int run(int argc, char** argv) {
+  cli::set_tool_name("simulate");
+  CLI::App app{"Predict one training step of one plan."};
+  Options o;
+  app.add_option("--model", o.model, "Hugging Face config.json, or a name in models/")->required();
+  app.add_option("--cluster", o.cluster, "cluster JSON, or a name in clusters/")->capture_default_str();
+  app.add_option("--plan", o.plan_file, "plan JSON (as planner --emit plan writes)");
+  app.add_option("--tp", o.tp, "tensor-parallel degree");
+  app.add_option("--pp", o.pp, "pipeline-parallel degree");
+  app.add_option("--dp", o.dp, "data-parallel degree");
+  app.add_option("--zero", o.zero, "ZeRO stage 0-3")->capture_default_str();
+  app.add_option("--micro-batch", o.micro_batch, "sequences per micro-batch");
+  app.add_option("--global-batch", o.global_batch, "sequences per step (default: ~4M tokens)");
+  app.add_option("--schedule", o.schedule, "gpipe|1f1b|interleaved|zb-h1")->capture_default_str();
+  app.add_option("--virtual-stages", o.virtual_stages, "chunks per pipeline rank (interleaved)");
+  app.add_option("--recompute", o.recompute, "none|selective|full")->capture_default_str();
+  app.add_flag("--sequence-parallel", o.sequence_parallel, "Megatron sequence parallelism");
+  app.add_flag("--offload", o.offload, "optimizer states (ZeRO-3: also weights) in host memory");
+  app.add_flag("--tp-across-nodes", o.tp_across_nodes, "allow a TP group to span nodes");
+  app.add_flag("--overlap-grad-reduce", o.overlap_grad_reduce, "overlap DP gradient reduction with backward");
+  app.add_option("--seq-len", o.seq_len, "sequence length (default: min(max positions, 4096))");
+  app.add_option("--precision", o.precision, "bf16|fp16|fp32")->capture_default_str();
+  app.add_option("--trace", o.trace, "write a Chrome trace (needs the discrete-event engine)");
+  app.add_option("--format", o.format, "table|json")->capture_default_str();
+  cli::parse(app, argc, argv);
+  cli::require_format(o.format, {"table", "json"});
+  if (!o.trace.empty()) cli::fail("--trace needs the discrete-event simulator, which is not built yet");
+
+  const ModelSpec m = cli::load_model_or_fail(o.model);
+  const ClusterSpec c = cli::load_cluster_or_fail(o.cluster);
+  nlohmann::json defaults = nlohmann::json::object();
+  Plan plan = o.plan_file.empty() ? plan_from_flags(o, app, m, defaults) : cli::value_or_fail(load_plan(o.plan_file));
+  if (Status s = check_plan(plan, m, c.node.gpus); !s.ok()) cli::fail(s.error());
+  if (c.max_nodes > 0 && plan.gpus() > c.max_nodes * c.node.gpus)
+    cli::fail("plan needs " + std::to_string(plan.gpus()) + " GPUs; cluster '" + c.name + "' has " +
+              std::to_string(c.max_nodes * c.node.gpus));
+
+  const Estimate e = estimate_step(m, c, plan);
+  if (!e.fits_in_memory)
+    cli::warn("plan does not fit in GPU memory: peak " + cli::fixed(e.peak_memory_bytes / kGiB, 1) + " GiB > " +
+              cli::fixed(c.gpu.hbm_gib, 1) + " GiB");
+  if (!e.fits_in_host_memory) cli::warn("offloaded state does not fit in host memory");
+  if (o.format == "json") {
+    nlohmann::json j = evaluation_to_json(m, plan, e);
+    j["model"] = m.name;
+    j["cluster"] = c.name;
+    j["defaults"] = defaults;
+    j["engine"] = "analytical";
+    std::cout << j.dump(2) << "\n";
+  } else {
+    print_table(m, c, plan, e, defaults);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace parallax
+
+int main(int argc, char** argv) { return parallax::run(argc, argv); }
