@@ -20,7 +20,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 bench: build
-	$(BUILD)/bench/planner_bench
+	$(BUILD)/bin/planner_bench
 
 clean:
 	rm -rf $(BUILD)

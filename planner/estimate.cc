@@ -45,10 +45,14 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
     const double core_flops = attention_core_flops_per_token(m, plan.seq_len) * tokens / d(plan.tp);
     core_s = flash_attention_time_s(gpu, prec, 0.5 * core_flops);
   }
-  const double elementwise_s =
-      memory_time_s(gpu, layer_elementwise_bytes_per_token(m, plan.seq_len, plan.tp, plan.sequence_parallel,
-                                                           plan.execution.attention) *
-                             tokens * act_bytes(prec) / 2.0);
+  auto elementwise_time = [&](AttentionKernel kernel) {
+    const double bytes = layer_elementwise_bytes_per_token(m, plan.seq_len, plan.tp, plan.sequence_parallel, kernel);
+    return memory_time_s(gpu, bytes * tokens * act_bytes(prec) / 2.0);
+  };
+  const double elementwise_s = elementwise_time(plan.execution.attention);
+  // The softmax and dropout over materialized scores: what selective recompute re-runs besides
+  // the two attention GEMMs.
+  const double scores_s = flash ? 0.0 : elementwise_s - elementwise_time(AttentionKernel::kFlash);
 
   // Two all-reduces forward and two backward (with SP: all-gather + reduce-scatter pairs that
   // move the same bytes in the same time).
@@ -68,7 +72,7 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
     t.tp_comm_s += 2 * one_ar_s;
     t.tp_bytes += 2 * one_ar_bytes;
   } else if (plan.recompute == Recompute::kSelective) {
-    t.backward_input_s += core_s;
+    t.backward_input_s += core_s + scores_s;
   }
   return t;
 }

@@ -73,15 +73,17 @@ void emit(const Options& o, const ModelSpec& m, const SearchResult& r) {
 }
 
 void print(const Options& o, const ModelSpec& m, const ClusterSpec& c, const SearchOptions& so,
-           const SearchResult& r, double seconds) {
+           const SearchResult& r, double seconds, const nlohmann::json& defaults) {
   if (o.format == "json") {
     nlohmann::json j;
     j["model"] = m.name;
     j["cluster"] = c.name;
     j["gpus"] = so.gpus;
     j["params_total"] = total_params(m);
-    j["defaults"] = {{"seq_len", so.seq_len}, {"global_batch", so.global_batch},
-                     {"precision", precision_name(so.precision)}};
+    j["seq_len"] = so.seq_len;
+    j["global_batch"] = so.global_batch;
+    j["precision"] = precision_name(so.precision);
+    j["defaults"] = defaults;
     j["configurations_considered"] = r.considered;
     j["configurations_evaluated"] = r.evaluated;
     j["configurations_feasible"] = r.feasible;
@@ -103,7 +105,9 @@ void print(const Options& o, const ModelSpec& m, const ClusterSpec& c, const Sea
             << "B parameters) on " << so.gpus << " x " << c.gpu.name << " (" << c.name << ")\n"
             << "seq_len " << so.seq_len << ", global batch " << so.global_batch << " sequences ("
             << so.global_batch * so.seq_len << " tokens), " << precision_name(so.precision)
-            << " precision, attention " << attention_name(so.execution.attention) << "\n\n"
+            << ", attention " << attention_name(so.execution.attention);
+  if (!defaults.empty()) std::cout << "  [defaults chosen: " << defaults.dump() << "]";
+  std::cout << "\n\n"
             << cli::render_table(kHeader, rows) << "\n"
             << r.considered << " configurations considered, " << r.evaluated << " legal and distinct, "
             << r.feasible << " fit in memory; searched in " << cli::fixed(seconds * 1e3, 1) << " ms\n"
@@ -139,10 +143,14 @@ int run(int argc, char** argv) {
   const ModelSpec m = cli::load_model_or_fail(o.model);
   const ClusterSpec c = cli::load_cluster_or_fail(o.cluster);
   SearchOptions so;
+  nlohmann::json defaults = nlohmann::json::object();
   so.gpus = o.gpus;
   so.seq_len = o.seq_len > 0 ? o.seq_len : cli::default_seq_len(m);
   so.global_batch = o.global_batch > 0 ? o.global_batch : cli::default_global_batch(so.seq_len);
   so.precision = cli::parse_precision_or_fail(o.precision);
+  if (!app.count("--seq-len")) defaults["seq_len"] = so.seq_len;
+  if (!app.count("--global-batch")) defaults["global_batch"] = so.global_batch;
+  if (!app.count("--precision")) defaults["precision"] = o.precision;
   so.execution.overlap_grad_reduce = o.overlap_grad_reduce;
   so.top_k = static_cast<size_t>(std::max<int64_t>(o.top, o.rank));
   so.threads = o.threads;
@@ -156,7 +164,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (r.plans.size() > static_cast<size_t>(o.top)) r.plans.resize(o.top);
-  print(o, m, c, so, r, seconds);
+  print(o, m, c, so, r, seconds, defaults);
   return 0;
 }
 

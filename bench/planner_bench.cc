@@ -1,0 +1,68 @@
+// Search speed: the full planner search for a 1T-parameter GPT (128 layers, h 25,600, 160 heads,
+// s 2048, global batch 4096) on 16,384 H100s, on one thread and on all cores; and the cost of
+// pricing one configuration. Counters: configurations considered per second (the whole space,
+// legal or not), priced per second (legal, distinct, costed by the memory model and, if they
+// fit, the step model), per core.
+#include <thread>
+
+#include <benchmark/benchmark.h>
+
+#include "planner/search.h"
+
+namespace parallax {
+namespace {
+
+const ModelSpec& model() {
+  static const ModelSpec m = load_model("gpt-1t").value();
+  return m;
+}
+const ClusterSpec& cluster() {
+  static const ClusterSpec c = load_cluster("dgx-h100").value();
+  return c;
+}
+
+void BM_Search1T16k(benchmark::State& state) {
+  SearchOptions o;
+  o.gpus = 16384;
+  o.global_batch = 4096;
+  o.seq_len = 2048;
+  o.top_k = 10;
+  o.threads = static_cast<int>(state.range(0));
+  int64_t considered = 0, priced = 0;
+  for (auto _ : state) {
+    Result<SearchResult> r = search(model(), cluster(), o);
+    considered += r->considered;
+    priced += r->evaluated;
+    benchmark::DoNotOptimize(r->plans.data());
+  }
+  const double threads = static_cast<double>(o.threads);
+  state.counters["considered_per_s"] = benchmark::Counter(double(considered), benchmark::Counter::kIsRate);
+  state.counters["considered_per_s_per_core"] =
+      benchmark::Counter(double(considered) / threads, benchmark::Counter::kIsRate);
+  state.counters["priced_per_s_per_core"] = benchmark::Counter(double(priced) / threads, benchmark::Counter::kIsRate);
+  state.counters["configurations"] = double(considered) / double(state.iterations());
+}
+BENCHMARK(BM_Search1T16k)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// One configuration priced from scratch: layer and edge timings, memory and step model.
+void BM_EstimateOnePlan(benchmark::State& state) {
+  Plan p;
+  p.tp = 8;
+  p.pp = 64;
+  p.dp = 32;
+  p.zero = 1;
+  p.global_batch = 4096;
+  p.seq_len = 2048;
+  p.schedule = Schedule::kInterleaved;
+  p.virtual_stages = 2;
+  p.sequence_parallel = true;
+  p.recompute = Recompute::kSelective;
+  for (auto _ : state) benchmark::DoNotOptimize(estimate_step(model(), cluster(), p).step_time_s);
+  state.counters["plans_per_s"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_EstimateOnePlan);
+
+}  // namespace
+}  // namespace parallax
+
+BENCHMARK_MAIN();
