@@ -89,6 +89,23 @@ std::string infer_model_type(JsonFields& f, const nlohmann::json& config) {
   return {};
 }
 
+// Bounds that keep every integer product of the cost model far from int64 overflow: each size at
+// most 2^24 and the parameter count (estimated in floating point) at most 10^15.
+void check_sizes(JsonFields& f, const ModelSpec& m) {
+  constexpr int64_t kMaxDim = int64_t{1} << 24;
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"hidden size", m.hidden}, {"FFN size", m.ffn_hidden}, {"layers", m.layers},   {"heads", m.heads},
+      {"head_dim", m.head_dim},  {"vocab_size", m.vocab},    {"max positions", m.max_positions},
+      {"experts", m.experts}};
+  for (const auto& [what, value] : sizes) {
+    if (value > kMaxDim) return f.fail(what, "is " + std::to_string(value) + ", above the supported 2^24");
+  }
+  const double h = double(m.hidden), layer = h * (2.0 * double(m.q_dim() + m.kv_dim())) +
+                                             3.0 * double(m.experts) * h * double(m.ffn_hidden);
+  const double params = double(m.layers) * layer + 2.0 * double(m.vocab) * h + double(m.max_positions) * h;
+  if (params > 1e15) f.fail("model", "has about " + std::to_string(params) + " parameters, above the supported 10^15");
+}
+
 }  // namespace
 
 std::string ModelSpec::architecture() const {
@@ -110,6 +127,7 @@ Result<ModelSpec> model_from_hf_config(const nlohmann::json& config, const std::
     f.fail("model_type", "unsupported '" + m.model_type +
                              "' (supported: gpt2, llama, mistral, mixtral, qwen2)");
   }
+  if (f.ok()) check_sizes(f, m);
   if (!f.ok()) return Error{f.error()};
   m.name = m.model_type;
   return m;

@@ -1,19 +1,25 @@
 #include "planner/export.h"
 
+#include <cmath>
 #include <sstream>
 
 namespace parallax {
+
+namespace {
+int64_t whole_bytes(double bytes) { return std::llround(bytes); }
+}  // namespace
 
 nlohmann::json evaluation_to_json(const ModelSpec& m, const Plan& plan, const Estimate& e) {
   nlohmann::json j = plan_to_json(plan);
   j["gpus"] = plan.gpus();
   j["micro_batches"] = plan.micro_batches();
   j["params_total"] = total_params(m);
-  j["memory_bytes"] = {{"weights", e.memory.weights},     {"gradients", e.memory.gradients},
-                       {"optimizer", e.memory.optimizer}, {"activations", e.memory.activations},
-                       {"buffers", e.memory.buffers},     {"margin", e.memory.margin},
-                       {"host", e.memory.host}};
-  j["peak_memory_bytes"] = e.peak_memory_bytes;
+  const MemoryBreakdown& mem = e.memory;
+  j["memory_bytes"] = {{"weights", whole_bytes(mem.weights)},     {"gradients", whole_bytes(mem.gradients)},
+                       {"optimizer", whole_bytes(mem.optimizer)}, {"activations", whole_bytes(mem.activations)},
+                       {"buffers", whole_bytes(mem.buffers)},     {"margin", whole_bytes(mem.margin)},
+                       {"host", whole_bytes(mem.host)}};
+  j["peak_memory_bytes"] = whole_bytes(e.peak_memory_bytes);
   j["fits_in_memory"] = e.fits_in_memory;
   j["fits_in_host_memory"] = e.fits_in_host_memory;
   j["step_time_s"] = e.step_time_s;
@@ -25,8 +31,9 @@ nlohmann::json evaluation_to_json(const ModelSpec& m, const Plan& plan, const Es
   j["model_tflops_per_gpu"] = e.model_tflops_per_gpu;
   j["hardware_tflops_per_gpu"] = e.hardware_tflops_per_gpu;
   j["bubble_fraction"] = e.bubble_fraction;
-  j["comm_bytes_per_gpu"] = {{"tp", e.comm_bytes_per_gpu.tp}, {"pp", e.comm_bytes_per_gpu.pp},
-                             {"dp", e.comm_bytes_per_gpu.dp}};
+  j["comm_bytes_per_gpu"] = {{"tp", whole_bytes(e.comm_bytes_per_gpu.tp)},
+                             {"pp", whole_bytes(e.comm_bytes_per_gpu.pp)},
+                             {"dp", whole_bytes(e.comm_bytes_per_gpu.dp)}};
   return j;
 }
 

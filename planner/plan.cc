@@ -123,6 +123,15 @@ std::string describe_violation(Violation v, const Plan& p, const ModelSpec& m, i
 }
 
 Status check_plan(const Plan& plan, const ModelSpec& model, int64_t gpus_per_node) {
+  // Bounds that keep the plan's products (GPUs, tokens per step) far from int64 overflow.
+  const std::pair<const char*, int64_t> sizes[] = {{"tp", plan.tp}, {"pp", plan.pp}, {"dp", plan.dp},
+                                                   {"virtual_stages", plan.virtual_stages},
+                                                   {"micro_batch", plan.micro_batch}};
+  for (const auto& [key, value] : sizes)
+    if (value > (int64_t{1} << 24)) return Error{"invalid plan: " + std::string(key) + " " + std::to_string(value) + " is above the supported 2^24"};
+  if (double(plan.tp) * double(plan.pp) * double(plan.dp) > 1e8)
+    return Error{"invalid plan: tp x pp x dp is above the supported 10^8 GPUs"};
+  if (plan.global_batch > 1'000'000'000'000) return Error{"invalid plan: global_batch is above the supported 10^12"};
   Violation v = first_violation(plan, model, gpus_per_node);
   if (v == Violation::kNone) return Status::Ok();
   return Error{"invalid plan: " + describe_violation(v, plan, model, gpus_per_node)};

@@ -183,7 +183,11 @@ Result<SearchResult> search(const ModelSpec& m, const ClusterSpec& c, const Sear
   if (c.max_nodes > 0 && o.gpus > c.max_nodes * c.node.gpus)
     return Error{"--gpus " + std::to_string(o.gpus) + " exceeds cluster '" + c.name + "' (" +
                  std::to_string(c.max_nodes * c.node.gpus) + " GPUs)"};
+  // Divisor enumeration is O(sqrt(n)) and plan products must stay within int64.
+  if (o.gpus > 100'000'000) return Error{"--gpus " + std::to_string(o.gpus) + " is above the supported 10^8"};
   if (o.global_batch < 1) return Error{"--global-batch must be >= 1"};
+  if (o.global_batch > 1'000'000'000'000)
+    return Error{"--global-batch " + std::to_string(o.global_batch) + " is above the supported 10^12"};
   if (o.seq_len < 1) return Error{"--seq-len must be >= 1"};
   if (o.seq_len > m.max_positions)
     return Error{"--seq-len " + std::to_string(o.seq_len) + " exceeds max_position_embeddings " +

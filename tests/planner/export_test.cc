@@ -2,26 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include "test_plans.h"
+
 namespace parallax {
 namespace {
 
 ModelSpec load(const std::string& name) { return load_model(name).value(); }
 
-Plan plan() {
-  Plan p;
-  p.tp = 8;
-  p.pp = 4;
-  p.dp = 2;
-  p.zero = 1;
-  p.micro_batch = 1;
-  p.global_batch = 64;
-  p.seq_len = 4096;
-  p.schedule = Schedule::kInterleaved;
-  p.virtual_stages = 2;
-  p.recompute = Recompute::kSelective;
-  p.sequence_parallel = true;
-  return p;
-}
+Plan plan() { return testing_support::interleaved_plan(); }
 
 bool has(const std::string& text, const std::string& piece) { return text.find(piece) != std::string::npos; }
 

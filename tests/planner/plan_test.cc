@@ -2,26 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include "test_plans.h"
+
 namespace parallax {
 namespace {
 
 ModelSpec load(const std::string& name) { return load_model(name).value(); }
 
-Plan base() {
-  Plan p;
-  p.tp = 8;
-  p.pp = 4;
-  p.dp = 2;
-  p.zero = 1;
-  p.micro_batch = 2;
-  p.global_batch = 64;
-  p.seq_len = 4096;
-  p.schedule = Schedule::kInterleaved;
-  p.virtual_stages = 2;
-  p.recompute = Recompute::kSelective;
-  p.sequence_parallel = true;
-  return p;
-}
+Plan base() { return testing_support::interleaved_plan(2); }
 
 TEST(Plan, JsonRoundTrip) {
   Plan p = base();

@@ -130,6 +130,15 @@ TEST(Planner, BadModelFiles) {
       "bad4.json: key 'n_embd': must be >= 1, got 0");
 }
 
+TEST(Planner, AbsurdModelIsRefused) {
+  expect_bad_input(
+      run("planner", "--gpus 8 --model " +
+                         temp_file("huge.json", R"({"model_type":"llama","hidden_size":16777216,"intermediate_size":16777216,
+                                                   "num_hidden_layers":1000,"num_attention_heads":16,
+                                                   "vocab_size":32000,"max_position_embeddings":4096})")),
+      "huge.json: key 'model': has about");
+}
+
 TEST(Planner, BadClusterFile) {
   expect_bad_input(run("planner", "--model 13b --gpus 8 --cluster " +
                                       temp_file("c.json", R"({"name":"x","gpu":{},"node":{},"network":{},"host":{}})")),
@@ -170,6 +179,10 @@ TEST(Simulate, BadInputs) {
                    "p.json: key 'pp': missing required key");
   expect_bad_input(run("simulate", "--model 13b --tp 8 --pp 1 --dp 1 --micro-batch 1 --zero 5"),
                    "--zero must be 0, 1, 2 or 3, got 5");
+  // Absurd sizes are refused before any product can overflow.
+  expect_bad_input(run("simulate", "--model 13b --tp 8 --pp 16000000 --dp 16000000 --micro-batch 1"),
+                   "invalid plan: tp x pp x dp is above the supported 10^8 GPUs");
+  expect_bad_input(run("planner", "--model 13b --gpus 1000000000"), "--gpus 1000000000 is above the supported 10^8");
 }
 
 }  // namespace
