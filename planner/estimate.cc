@@ -74,6 +74,16 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   } else if (plan.recompute == Recompute::kSelective) {
     t.backward_input_s += core_s + scores_s;
   }
+  if (plan.sequence_parallel && plan.tp > 1) {
+    // SP stores only the sharded inputs of the two column-parallel GEMMs (QKV, FC1), so their
+    // weight gradients need the inputs all-gathered again. Megatron issues these asynchronously
+    // beside the dgrad GEMM, but Korthikanti et al. Table 4 shows SP's backward no faster than
+    // without SP, i.e. the gathers are not hidden: priced as exposed.
+    const double ag_s = collective_time_s(Collective::kAllGather, tp_msg, plan.tp, link);
+    t.backward_weight_s += 2 * ag_s;
+    t.tp_comm_s += 2 * ag_s;
+    t.tp_bytes += 2 * collective_bytes_per_rank(Collective::kAllGather, tp_msg, plan.tp);
+  }
   return t;
 }
 
