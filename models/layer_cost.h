@@ -72,14 +72,19 @@ struct Gemm {
   int64_t batch = 1;
   double flops() const { return 2.0 * static_cast<double>(m) * n * k * batch; }
 };
+// The backward of a forward GEMM Y = X W (M x N, reduced over K) is two GEMMs of the same FLOPs:
+// dX = dY W^T (M x K over N) and dW = X^T dY (K x N over M).
+inline Gemm input_gradient_gemm(const Gemm& g) { return {g.name, g.m, g.k, g.n, g.batch}; }
+inline Gemm weight_gradient_gemm(const Gemm& g) { return {g.name, g.k, g.n, g.m, g.batch}; }
+
 // The forward GEMMs of one layer for a micro-batch of b sequences of length s on TP degree t
 // (attention core included, as batched GEMMs over heads). Backward runs two GEMMs of the same size
-// per forward GEMM. MoE experts assume tokens are spread evenly over experts.
+// per forward GEMM (see above). MoE experts assume tokens are spread evenly over experts.
 std::vector<Gemm> layer_gemms(const ModelSpec& m, int64_t seq_len, int64_t micro_batch, int64_t tp);
 
 // Bytes read + written by the memory-bound kernels (norms, residuals, activation function, RoPE,
 // dropout, and for materialized attention the softmax over scores) of one layer's forward, per
-// token, per TP rank. Backward moves about twice as much.
+// token, per TP rank. Backward kernels move about 1.5 x as much (estimate.cc).
 double layer_elementwise_bytes_per_token(const ModelSpec& m, int64_t seq_len, int64_t tp,
                                          bool sequence_parallel, AttentionKernel kernel);
 

@@ -10,9 +10,7 @@ namespace parallax {
 namespace {
 double d(int64_t x) { return static_cast<double>(x); }
 double act_bytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
-// Bytes touched per locally updated parameter by Adam: read and write fp32 master, m, v (24),
-// read the gradient and write the 16-bit weight (4); fp32 training touches the same 28.
-constexpr double kAdamBytesPerParam = 28.0;
+constexpr double kBackwardElementwise = 1.5;
 
 LinkTier tp_link(const ClusterSpec& c, const Plan& p) {
   return group_link(c, place_group(p.tp, 1, c.node.gpus));
@@ -31,19 +29,27 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const bool flash = plan.execution.attention == AttentionKernel::kFlash;
   const double tokens = d(plan.seq_len) * d(plan.micro_batch);
 
-  double weight_gemm_s = 0, core_s = 0;
+  // Forward, input-gradient and weight-gradient GEMMs each have their own shape (and so their own
+  // wave quantization); the attention core's two backward products are both input gradients.
+  double fwd_gemm_s = 0, dgrad_gemm_s = 0, wgrad_gemm_s = 0, core_s = 0, core_bwd_s = 0;
   for (const Gemm& g : layer_gemms(m, plan.seq_len, plan.micro_batch, plan.tp)) {
     const bool is_core = std::string_view(g.name) == "scores" || std::string_view(g.name) == "attn_v";
+    const double fwd = gemm_time_s(gpu, prec, g), dx = gemm_time_s(gpu, prec, input_gradient_gemm(g)),
+                 dw = gemm_time_s(gpu, prec, weight_gradient_gemm(g));
     if (!is_core) {
-      weight_gemm_s += gemm_time_s(gpu, prec, g);
+      fwd_gemm_s += fwd;
+      dgrad_gemm_s += dx;
+      wgrad_gemm_s += dw;
     } else if (!flash) {
-      core_s += gemm_time_s(gpu, prec, g);
+      core_s += fwd;
+      core_bwd_s += dx + dw;
     }
   }
   if (flash) {
     // A fused causal kernel skips the masked half of the s x s square.
     const double core_flops = attention_core_flops_per_token(m, plan.seq_len) * tokens / d(plan.tp);
     core_s = flash_attention_time_s(gpu, prec, 0.5 * core_flops);
+    core_bwd_s = 2 * core_s;
   }
   auto elementwise_time = [&](AttentionKernel kernel) {
     const double bytes = layer_elementwise_bytes_per_token(m, plan.seq_len, plan.tp, plan.sequence_parallel, kernel);
@@ -62,9 +68,12 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const double one_ar_bytes = collective_bytes_per_rank(Collective::kAllReduce, tp_msg, plan.tp);
 
   LayerTiming t;
-  t.forward_s = weight_gemm_s + core_s + elementwise_s + 2 * one_ar_s;
-  t.backward_input_s = weight_gemm_s + 2 * core_s + 2 * elementwise_s + 2 * one_ar_s;
-  t.backward_weight_s = weight_gemm_s;
+  t.forward_s = fwd_gemm_s + core_s + elementwise_s + 2 * one_ar_s;
+  // Elementwise backward kernels read the saved input and the incoming gradient and write one
+  // gradient where the forward read one tensor and wrote one (norms, GELU/SwiGLU, softmax):
+  // 3 passes for 2, so 1.5 x the forward's bytes (dropout's backward moves as many as its forward).
+  t.backward_input_s = dgrad_gemm_s + core_bwd_s + kBackwardElementwise * elementwise_s + 2 * one_ar_s;
+  t.backward_weight_s = wgrad_gemm_s;
   t.tp_comm_s = 4 * one_ar_s;
   t.tp_bytes = 4 * one_ar_bytes;
   if (plan.recompute == Recompute::kFull) {
@@ -133,6 +142,24 @@ double exposed_reduction(double time_s, double window_s, double bytes, const Pla
 
 }  // namespace
 
+double optimizer_step_s(const ClusterSpec& c, const Plan& plan, double stage_params) {
+  const double local = stage_params / (plan.zero >= 1 ? d(plan.dp) : 1.0);
+  const ModelStateBytesPerParam bpp = bytes_per_param(plan.precision);
+  const double bytes_per_param = 4 * bpp.gradients + 30;
+  if (!plan.offload) return memory_time_s(c.gpu, local * bytes_per_param);
+  const double host_bw = c.host.memory_gbps * 1e9 / d(c.node.gpus);
+  return local * bytes_per_param / host_bw + local * (bpp.gradients + bpp.weights) / (c.host.pcie_gbps * 1e9);
+}
+
+P2pCost pipeline_transfer(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
+  const double tensor = d(plan.seq_len) * d(plan.micro_batch) * d(m.hidden) * act_bytes(plan.precision);
+  P2pCost cost;
+  cost.bytes = tensor / d(plan.tp);
+  cost.time_s = collective_time_s(Collective::kSendRecv, cost.bytes, 2, pp_link(c, plan));
+  if (!plan.sequence_parallel) cost.time_s += collective_time_s(Collective::kAllGather, tensor, plan.tp, tp_link(c, plan));
+  return cost;
+}
+
 Estimate estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
   return estimate_step(m, c, plan, layer_timing(m, c, plan), edge_timing(m, c, plan));
 }
@@ -145,9 +172,8 @@ Estimate estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& pla
   const double overhead = plan.execution.microbatch_overhead_us * 1e-6;
 
   // Pipeline send/recv: the boundary activation (or its gradient), once per chunk per micro-batch.
-  const double pp_msg = d(plan.seq_len) * d(plan.micro_batch) * d(m.hidden) * act_bytes(plan.precision) /
-                        (plan.sequence_parallel ? d(plan.tp) : 1.0);
-  const double p2p_s = p > 1 ? d(v) * collective_time_s(Collective::kSendRecv, pp_msg, 2, pp_link(c, plan)) : 0;
+  const P2pCost p2p = pipeline_transfer(m, c, plan);
+  const double p2p_s = p > 1 && !plan.execution.overlap_p2p ? d(v) * p2p.time_s : 0;
 
   StageTimes mid{layers * lt.forward_s + p2p_s + overhead, layers * lt.backward_input_s + p2p_s,
                  layers * lt.backward_weight_s};
@@ -197,28 +223,20 @@ Estimate estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& pla
                        time(Collective::kAllGather, weights);
       e.comm_bytes_per_gpu.dp = fm * sent(Collective::kReduceScatter, grads) + sent(Collective::kAllGather, weights);
       break;
-    default: {  // 3: gather weights for forward and for backward, prefetched a layer ahead
+    default: {  // 3: gather weights for forward and for backward, prefetched while the previous op runs
       const double ag = time(Collective::kAllGather, weights);
-      const double first_layer = ag / std::max(1.0, layers);
-      e.dp_exposed_s = fm * (std::max(first_layer, ag - slowest.f) + std::max(first_layer, ag - window) +
+      e.dp_exposed_s = fm * (std::max(0.0, ag - slowest.f) + std::max(0.0, ag - window) +
                              exposed_reduction(time(Collective::kReduceScatter, grads), window, grads, plan));
       e.comm_bytes_per_gpu.dp = fm * (2 * sent(Collective::kAllGather, weights) + sent(Collective::kReduceScatter, grads));
     }
   }
 
-  // Optimizer: memory-bound Adam over the local shard, on the GPU or (offload) on the host.
-  const double local = params / (plan.zero >= 1 ? d(n) : 1.0);
-  if (plan.offload) {
-    const double host_bw = c.host.memory_gbps * 1e9 / d(c.node.gpus);
-    e.optimizer_s = local * kAdamBytesPerParam / host_bw + local * (bpp.gradients + bpp.weights) / (c.host.pcie_gbps * 1e9);
-  } else {
-    e.optimizer_s = memory_time_s(c.gpu, local * kAdamBytesPerParam);
-  }
+  e.optimizer_s = optimizer_step_s(c, plan, params);
   e.overhead_s = plan.execution.step_overhead_us * 1e-6;
   e.step_time_s = e.pipeline_s + e.dp_exposed_s + e.optimizer_s + e.overhead_s;
 
   e.comm_bytes_per_gpu.tp = fm * layers * lt.tp_bytes;
-  e.comm_bytes_per_gpu.pp = p > 1 ? 2 * fm * d(v) * pp_msg : 0;
+  e.comm_bytes_per_gpu.pp = p > 1 ? 2 * fm * d(v) * p2p.bytes : 0;
   e.model_flops = model_flops_per_step(m, plan.seq_len, plan.global_batch);
   e.hardware_flops = hardware_flops_per_step(m, plan.seq_len, plan.global_batch, plan.recompute);
   const double gpus = d(plan.gpus());

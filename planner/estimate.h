@@ -66,6 +66,22 @@ struct Estimate {
   bool fits_in_host_memory = false;
 };
 
+// One pipeline transfer: the boundary activation (or its gradient) of one micro-batch. Megatron
+// splits it over the TP ranks, each sending 1/t (scatter-gather); without SP the receiver then
+// all-gathers it over TP, which is part of the transfer's time.
+struct P2pCost {
+  double bytes = 0;   // sent by one GPU
+  double time_s = 0;  // until the receiver holds the whole tensor
+};
+P2pCost pipeline_transfer(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
+
+// Optimizer step of one GPU holding `stage_params` parameters before ZeRO sharding: memory-bound
+// passes over the local shard — overflow check and gradient norm (read g each), Adam (read g, read
+// and write fp32 master, m, v), cast to 16-bit weights (read 4, write 2), zero the gradients
+// (write g): 4g + 30 bytes per parameter, g the gradient bytes — on the GPU, or (offload) on the
+// host plus the PCIe copies of gradients down and weights up.
+double optimizer_step_s(const ClusterSpec& c, const Plan& plan, double stage_params);
+
 // Precondition: check_plan(plan, m, c.node.gpus) is ok.
 Estimate estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
 // The same with the per-layer and edge timings precomputed (they depend only on t, b, s, SP,

@@ -147,6 +147,7 @@ nlohmann::json plan_to_json(const Plan& p) {
           {"tp_across_nodes", p.tp_across_nodes},
           {"execution",
            {{"attention", attention_name(e.attention)}, {"overlap_grad_reduce", e.overlap_grad_reduce},
+            {"overlap_p2p", e.overlap_p2p},
             {"dp_bucket_mib", e.dp_bucket_mib}, {"allocator_margin", e.allocator_margin},
             {"microbatch_overhead_us", e.microbatch_overhead_us},
             {"step_overhead_us", e.step_overhead_us}}}};
@@ -171,6 +172,7 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   if (f.has("attention"))
     e.attention = read_enum(f, "attention", parse_kernel, "flash|materialized", e.attention);
   e.overlap_grad_reduce = f.optional_bool("overlap_grad_reduce", e.overlap_grad_reduce);
+  e.overlap_p2p = f.optional_bool("overlap_p2p", e.overlap_p2p);
   e.dp_bucket_mib = f.optional_number("dp_bucket_mib").value_or(e.dp_bucket_mib);
   e.allocator_margin = f.optional_number("allocator_margin", true).value_or(e.allocator_margin);
   e.microbatch_overhead_us = f.optional_number("microbatch_overhead_us", true).value_or(e.microbatch_overhead_us);

@@ -23,6 +23,7 @@ enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
 struct Execution {
   AttentionKernel attention = AttentionKernel::kFlash;
   bool overlap_grad_reduce = false;   // Megatron-Core --overlap-grad-reduce (off by default)
+  bool overlap_p2p = false;           // pipeline sends run beside compute (else the sender waits)
   double dp_bucket_mib = 40.0;        // gradient bucket for DP reduction
   double allocator_margin = 0.05;     // caching-allocator fragmentation, fraction of allocations
   double microbatch_overhead_us = 0;  // fixed cost per micro-batch per stage (launches, data)

@@ -1,5 +1,7 @@
 #include "planner/search.h"
 
+#include "planner/simulation.h"
+
 #include <algorithm>
 #include <atomic>
 #include <thread>
@@ -126,7 +128,7 @@ class Worker {
 
   void trim() {
     std::sort(result_.plans.begin(), result_.plans.end(), ranks_before);
-    if (result_.plans.size() > o_.top_k) result_.plans.resize(o_.top_k);
+    if (!o_.simulate && result_.plans.size() > o_.top_k) result_.plans.resize(o_.top_k);
   }
 
  private:
@@ -143,7 +145,8 @@ class Worker {
     if (mem.host > host_) return reject(static_cast<size_t>(Rejection::kOutOfHostMemory));
     ++result_.feasible;
     result_.plans.push_back({p, estimate_step(m_, c_, p, table_.layer(timing), table_.edge(timing))});
-    if (result_.plans.size() >= 4 * o_.top_k + 64) trim();
+    // Ranking by simulation needs every candidate in estimate order; the estimate alone, the best K.
+    if (!o_.simulate && result_.plans.size() >= 4 * o_.top_k + 64) trim();
   }
 
   const ModelSpec& m_;
@@ -153,6 +156,38 @@ class Worker {
   const double hbm_, host_, reserved_;
   SearchResult result_;
 };
+
+// The estimate is not a bound on the simulation, so pruning keeps a margin below the smallest
+// simulated / estimated ratio seen so far, and always simulates a few more than K.
+constexpr double kPruneMargin = 0.10;
+constexpr size_t kMinSimulatedExtra = 16;
+
+// Simulates `candidates` (sorted by estimate) until none left could enter the top K.
+std::vector<RankedPlan> rank_by_simulation(const ModelSpec& m, const ClusterSpec& c,
+                                           const std::vector<RankedPlan>& candidates, size_t k,
+                                           SearchResult& counts) {
+  std::vector<RankedPlan> best;
+  double floor_ratio = 1.0;
+  for (const RankedPlan& cand : candidates) {
+    if (best.size() >= k && static_cast<size_t>(counts.simulated) >= 2 * k + kMinSimulatedExtra &&
+        cand.estimate.step_time_s * floor_ratio * (1 - kPruneMargin) > best.back().estimate.step_time_s)
+      break;
+    Result<Simulation> sim = simulate_step(m, c, cand.plan);
+    ++counts.simulated;
+    if (!sim.ok()) continue;  // a schedule the engine cannot run is not ranked
+    const Estimate& e = sim->estimate;
+    floor_ratio = std::min(floor_ratio, e.step_time_s / cand.estimate.step_time_s);
+    if (!e.fits_in_memory) {
+      ++counts.rejected[static_cast<size_t>(Rejection::kOutOfMemory)];
+      --counts.feasible;
+      continue;
+    }
+    RankedPlan ranked{cand.plan, e};
+    best.insert(std::upper_bound(best.begin(), best.end(), ranked, ranks_before), ranked);
+    if (best.size() > k) best.pop_back();
+  }
+  return best;
+}
 
 }  // namespace
 
@@ -228,6 +263,7 @@ Result<SearchResult> search(const ModelSpec& m, const ClusterSpec& c, const Sear
     total.plans.insert(total.plans.end(), r.plans.begin(), r.plans.end());
   }
   std::sort(total.plans.begin(), total.plans.end(), ranks_before);
+  if (o.simulate) total.plans = rank_by_simulation(m, c, total.plans, o.top_k, total);
   if (total.plans.size() > o.top_k) total.plans.resize(o.top_k);
   return total;
 }

@@ -1,8 +1,10 @@
 // Search: enumerates every TP x PP x DP x ZeRO stage x micro-batch x schedule (with each legal
 // chunk count) x recompute x sequence-parallel x offload configuration for a model, cluster and GPU
 // count; rejects illegal ones by rule (counting each reason), drops those that do not fit in
-// memory, prices the rest with the analytical model and keeps the best K by step time. Runs on
-// several threads; the result does not depend on the thread count.
+// memory and prices the rest with the analytical model; then simulates candidates in the order of
+// that estimate until no unsimulated one could still enter the top K (its estimate, scaled by the
+// smallest simulated/estimated ratio seen less a safety margin, is slower than the K-th best), and
+// ranks by simulated step time. Runs on several threads; the result does not depend on their count.
 #pragma once
 
 #include <array>
@@ -23,7 +25,8 @@ struct SearchOptions {
   Precision precision = Precision::kBf16;
   Execution execution;
   size_t top_k = 10;
-  int threads = 0;  // 0: all hardware threads
+  int threads = 0;          // 0: all hardware threads
+  bool simulate = true;     // rank by the discrete-event simulator (else the analytical estimate)
 };
 
 // Why a configuration was not ranked: a plan Violation, or one of these.
@@ -46,6 +49,7 @@ struct SearchResult {
   int64_t considered = 0;         // every configuration of the space, legal or not
   int64_t evaluated = 0;          // legal, distinct configurations priced by the memory model
   int64_t feasible = 0;           // legal and fitting in memory
+  int64_t simulated = 0;          // candidates run through the discrete-event simulator
   std::array<int64_t, kRejectionKinds> rejected{};  // indexed by Violation, then Rejection
 };
 

@@ -37,6 +37,9 @@ Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
   g.hbm_gbps = f.required_number("hbm_gbps");
   read_fraction(f, "gemm_max_efficiency", g.gemm_max_efficiency);
   g.gemm_half_dim = f.required_number("gemm_half_dim", /*allow_zero=*/true);
+  g.sm_count = f.required_int("sm_count");
+  g.gemm_tile_m = f.required_int("gemm_tile_m");
+  g.gemm_tile_n = f.required_int("gemm_tile_n");
   read_fraction(f, "flash_attention_efficiency", g.flash_attention_efficiency);
   read_fraction(f, "memory_efficiency", g.memory_efficiency);
   g.reserved_gib = f.required_number("reserved_gib", /*allow_zero=*/true);

@@ -26,6 +26,10 @@ struct GpuSpec {
   // so small or skinny GEMMs run slower; calibration fits both numbers.
   double gemm_max_efficiency = 0;
   double gemm_half_dim = 0;
+  // Wave quantization: a GEMM runs as output tiles of gemm_tile_m x gemm_tile_n, sm_count at a
+  // time; the last wave and ragged tiles do partial work.
+  int64_t sm_count = 0;
+  int64_t gemm_tile_m = 0, gemm_tile_n = 0;
   double flash_attention_efficiency = 0;  // fraction of peak a fused attention kernel reaches
   double memory_efficiency = 0;           // fraction of HBM bandwidth elementwise kernels reach
   double reserved_gib = 0;                // CUDA context, NCCL and cuBLAS workspaces

@@ -8,8 +8,11 @@
 
 namespace parallax {
 
-// Efficiency of one GEMM shape: max * prod over M, N, K of d / (d + half_dim).
+// Efficiency of one GEMM shape: max * prod over M, N, K of d / (d + half_dim), times the wave
+// quantization of its output tiles (useful tiles / tiles of whole waves; tiles shrink to the
+// problem for small dimensions, in steps of 16).
 double gemm_efficiency(const GpuSpec& gpu, const Gemm& g);
+double wave_efficiency(const GpuSpec& gpu, const Gemm& g);
 double gemm_time_s(const GpuSpec& gpu, Precision p, const Gemm& g);
 // A fused attention kernel: executes `flops` at the flash efficiency.
 double flash_attention_time_s(const GpuSpec& gpu, Precision p, double flops);

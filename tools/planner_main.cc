@@ -87,6 +87,7 @@ void print(const Options& o, const ModelSpec& m, const ClusterSpec& c, const Sea
     j["configurations_considered"] = r.considered;
     j["configurations_evaluated"] = r.evaluated;
     j["configurations_feasible"] = r.feasible;
+    j["configurations_simulated"] = r.simulated;
     j["rejected"] = rejections_json(r);
     j["search_time_s"] = seconds;
     j["plans"] = nlohmann::json::array();
@@ -110,7 +111,8 @@ void print(const Options& o, const ModelSpec& m, const ClusterSpec& c, const Sea
   std::cout << "\n\n"
             << cli::render_table(kHeader, rows) << "\n"
             << r.considered << " configurations considered, " << r.evaluated << " legal and distinct, "
-            << r.feasible << " fit in memory; searched in " << cli::fixed(seconds * 1e3, 1) << " ms\n"
+            << r.feasible << " fit in memory, " << r.simulated << " simulated; searched in "
+            << cli::fixed(seconds * 1e3, 1) << " ms\n"
             << "rejected:";
   for (size_t k = 0; k < kRejectionKinds; ++k)
     if (r.rejected[k] > 0) std::cout << " " << rejection_key(k) << "=" << r.rejected[k];

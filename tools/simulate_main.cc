@@ -7,6 +7,7 @@
 
 #include "planner/estimate.h"
 #include "planner/export.h"
+#include "planner/simulation.h"
 #include "tools/cli.h"
 
 namespace parallax {
@@ -15,7 +16,7 @@ namespace {
 constexpr double kGiB = 1073741824.0;
 
 struct Options {
-  std::string model, cluster = "dgx-h100", plan_file, format = "table", trace;
+  std::string model, cluster = "dgx-h100", plan_file, format = "table", trace, svg, engine = "event";
   std::string schedule = "1f1b", recompute = "none", precision = "bf16";
   int64_t tp = 1, pp = 1, dp = 1, zero = 0, micro_batch = 1, global_batch = 0, virtual_stages = 1, seq_len = 0;
   bool sequence_parallel = false, offload = false, tp_across_nodes = false, overlap_grad_reduce = false;
@@ -61,7 +62,7 @@ Plan plan_from_flags(const Options& o, const CLI::App& app, const ModelSpec& m, 
 }
 
 void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const Estimate& e,
-                 const nlohmann::json& defaults) {
+                 const nlohmann::json& defaults, const std::string& engine) {
   auto gib = [](double b) { return cli::fixed(b / kGiB, 2) + " GiB"; };
   std::vector<std::vector<std::string>> rows = {
       {"step time", cli::fixed(e.step_time_s, 4) + " s"},
@@ -84,7 +85,7 @@ void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const 
             << ", seq_len " << p.seq_len << ", global batch " << p.global_batch << ", " << precision_name(p.precision)
             << "\n";
   if (!defaults.empty()) std::cout << "defaults chosen: " << defaults.dump() << "\n";
-  std::cout << "estimate: analytical model\n\n" << cli::render_table({"quantity", "value"}, rows);
+  std::cout << "engine: " << (engine == "event" ? "discrete-event simulation" : "analytical model") << "\n\n" << cli::render_table({"quantity", "value"}, rows);
 }
 
 int run(int argc, char** argv) {
@@ -111,9 +112,12 @@ int run(int argc, char** argv) {
   app.add_option("--precision", o.precision, "bf16|fp16|fp32")->capture_default_str();
   app.add_option("--trace", o.trace, "write a Chrome trace (needs the discrete-event engine)");
   app.add_option("--format", o.format, "table|json")->capture_default_str();
+  app.add_option("--engine", o.engine, "event (discrete-event simulator) | analytical (closed form)")
+      ->capture_default_str();
   cli::parse(app, argc, argv);
+  if (o.engine != "event" && o.engine != "analytical")
+    cli::fail("--engine: unknown '" + o.engine + "' (expected event|analytical)");
   cli::require_format(o.format, {"table", "json"});
-  if (!o.trace.empty()) cli::fail("--trace needs the discrete-event simulator, which is not built yet");
 
   const ModelSpec m = cli::load_model_or_fail(o.model);
   const ClusterSpec c = cli::load_cluster_or_fail(o.cluster);
@@ -124,7 +128,12 @@ int run(int argc, char** argv) {
     cli::fail("plan needs " + std::to_string(plan.gpus()) + " GPUs; cluster '" + c.name + "' has " +
               std::to_string(c.max_nodes * c.node.gpus));
 
-  const Estimate e = estimate_step(m, c, plan);
+  Estimate e;
+  if (o.engine == "analytical") {
+    e = estimate_step(m, c, plan);
+  } else {
+    e = cli::value_or_fail(simulate_step(m, c, plan)).estimate;
+  }
   if (!e.fits_in_memory)
     cli::warn("plan does not fit in GPU memory: peak " + cli::fixed(e.peak_memory_bytes / kGiB, 1) + " GiB > " +
               cli::fixed(c.gpu.hbm_gib, 1) + " GiB");
@@ -134,10 +143,10 @@ int run(int argc, char** argv) {
     j["model"] = m.name;
     j["cluster"] = c.name;
     j["defaults"] = defaults;
-    j["engine"] = "analytical";
+    j["engine"] = o.engine;
     std::cout << j.dump(2) << "\n";
   } else {
-    print_table(m, c, plan, e, defaults);
+    print_table(m, c, plan, e, defaults, o.engine);
   }
   return 0;
 }

@@ -27,9 +27,28 @@ TEST(ComputeCost, EfficiencyFallsForSkinnyGemms) {
   GpuSpec gpu;
   gpu.gemm_max_efficiency = 0.8;
   gpu.gemm_half_dim = 48;
+  gpu.sm_count = 8;  // 4096/256 x 1024/128 = 128 tiles: 16 whole waves, no quantization loss
+  gpu.gemm_tile_m = 256;
+  gpu.gemm_tile_n = 128;
   const double expected = 0.8 * 4096.0 / 4144.0 * 1024.0 / 1072.0 * 0.5;
   EXPECT_DOUBLE_EQ(gemm_efficiency(gpu, Gemm{"g", 4096, 1024, 48}), expected);
   EXPECT_LT(gemm_efficiency(gpu, Gemm{"g", 4096, 1024, 48}), gemm_efficiency(gpu, Gemm{"g", 4096, 1024, 4096}));
+}
+
+// Wave quantization: 4096 x 1152 has 16 x 9 = 144 tiles of 256 x 128; on 8 SMs that is 18 waves,
+// exact. 4096 x 1088 has 16 x 9 tiles too (the last column 64 wide): useful 4096*1088 of
+// 144 * 256 * 128 = 0.9444. On 10 SMs 144 tiles take 15 waves (150 slots): 1152-wide gives 0.96.
+TEST(ComputeCost, WaveQuantization) {
+  GpuSpec gpu;
+  gpu.sm_count = 8;
+  gpu.gemm_tile_m = 256;
+  gpu.gemm_tile_n = 128;
+  EXPECT_DOUBLE_EQ(wave_efficiency(gpu, Gemm{"g", 4096, 1152, 64}), 1.0);
+  EXPECT_DOUBLE_EQ(wave_efficiency(gpu, Gemm{"g", 4096, 1088, 64}), 4096.0 * 1088 / (144.0 * 256 * 128));
+  gpu.sm_count = 10;
+  EXPECT_DOUBLE_EQ(wave_efficiency(gpu, Gemm{"g", 4096, 1152, 64}), 144.0 / 150.0);
+  // Small dimensions shrink the tile (in steps of 16): a 40 x 40 output uses one 48 x 48 tile.
+  EXPECT_DOUBLE_EQ(wave_efficiency(gpu, Gemm{"g", 40, 40, 64}), 1600.0 / (10 * 48.0 * 48.0));
 }
 
 }  // namespace

@@ -12,6 +12,7 @@ inline nlohmann::json round_cluster_json() {
     "name": "round", "source": "test",
     "gpu": {"name": "G", "peak_tflops": {"bf16": 100, "fp16": 100, "fp32": 10}, "hbm_gib": 64,
             "hbm_gbps": 1000, "gemm_max_efficiency": 1.0, "gemm_half_dim": 0,
+            "sm_count": 1, "gemm_tile_m": 16, "gemm_tile_n": 16,
             "flash_attention_efficiency": 0.5, "memory_efficiency": 1.0, "reserved_gib": 1, "source": "test"},
     "node": {"gpus": 8, "busbw_gbps": 100, "latency_us": 1, "source": "test"},
     "network": {"bw_per_gpu_gbps": 10, "latency_us": 10, "topology": "fat-tree", "oversubscription": 2,

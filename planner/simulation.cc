@@ -1,0 +1,117 @@
+#include "planner/simulation.h"
+
+#include <algorithm>
+
+#include "planner/memory_model.h"
+
+namespace parallax {
+
+namespace {
+
+double d(int64_t x) { return static_cast<double>(x); }
+
+bool is_send(TaskKind k) { return k == TaskKind::kSendForward || k == TaskKind::kSendBackward; }
+bool is_dp(TaskKind k) {
+  return k == TaskKind::kDpAllReduce || k == TaskKind::kDpReduceScatter || k == TaskKind::kDpAllGather;
+}
+
+// Per stage: compute busy time, pipeline end, idle gaps spent waiting for a pipeline transfer.
+void compute_stream_stats(const Simulation& sim, std::vector<StageReport>& stages) {
+  const TaskGraph& g = sim.step.graph;
+  const Timeline& tl = sim.timeline;
+  std::vector<TaskId> incoming(g.task_count(), -1);  // op task -> the transfer it waits for
+  for (const auto& [before, after] : g.dependencies())
+    if (is_send(g.label(before).kind) && !is_send(g.label(after).kind)) incoming[after] = before;
+  // Task ids grow in each stream's program order, so one pass sees every compute stream in order.
+  std::vector<double> prev_finish(stages.size(), 0.0);
+  for (size_t i = 0; i < g.task_count(); ++i) {
+    const TaskId t = static_cast<TaskId>(i);
+    const size_t s = static_cast<size_t>(g.stream_rank(g.stream(t)));
+    const TaskKind k = g.label(t).kind;
+    if (g.stream(t) != sim.step.compute_stream[s] || k == TaskKind::kOptimizer || k == TaskKind::kOffload) continue;
+    StageReport& r = stages[s];
+    r.busy_s += g.duration_s(t);
+    r.pipeline_end_s = std::max(r.pipeline_end_s, tl.finish_s[t]);
+    const double gap = tl.start_s[t] - prev_finish[s];
+    if (gap > 0 && incoming[t] >= 0 && tl.finish_s[incoming[t]] >= tl.start_s[t]) r.exposed_pp_s += gap;
+    prev_finish[s] = tl.finish_s[t];
+  }
+}
+
+CommBytes comm_bytes(const Simulation& sim, int64_t stages) {
+  const TaskGraph& g = sim.step.graph;
+  std::vector<CommBytes> per(stages);
+  for (size_t i = 0; i < g.task_count(); ++i) {
+    const TaskId t = static_cast<TaskId>(i);
+    CommBytes& c = per[g.stream_rank(g.stream(t))];
+    if (is_send(g.label(t).kind)) c.pp += g.bytes(t);
+    if (is_dp(g.label(t).kind)) c.dp += g.bytes(t);
+  }
+  CommBytes worst;
+  for (const CommBytes& c : per) {
+    worst.pp = std::max(worst.pp, c.pp);
+    worst.dp = std::max(worst.dp, c.dp);
+  }
+  return worst;
+}
+
+void summarise(const ModelSpec& m, const ClusterSpec& c, const Plan& p, Simulation& sim) {
+  Estimate& e = sim.estimate;
+  const Timeline& tl = sim.timeline;
+  const double reserved = c.gpu.reserved_gib * 1073741824.0;
+  const double layer_passes = d(p.micro_batches()) * d(m.layers / p.pp);
+  double bubble_sum = 0;
+  for (size_t s = 0; s < sim.stages.size(); ++s) {
+    StageReport& r = sim.stages[s];
+    const TaskId opt = sim.step.optimizer[s];
+    r.tp_s = layer_passes * sim.step.layer.tp_comm_s;
+    r.exposed_dp_s = (tl.start_s[opt] - r.pipeline_end_s) + (tl.makespan_s - tl.finish_s[opt]);
+    r.peak_in_flight = max_in_flight(sim.step.ops[s], p.schedule);
+    r.memory = stage_memory(m, p, static_cast<int64_t>(s), reserved);
+    // Activations as the schedule holds them (the memory model's closed form is replaced).
+    const double formula = d(in_flight_chunk_passes(p.schedule, p.pp, p.micro_batches(), p.virtual_stages,
+                                                    static_cast<int64_t>(s)));
+    const double scale = p.precision == Precision::kFp32 ? 2.0 : 1.0;
+    r.memory.activations += (d(r.peak_in_flight) - formula) * sim.step.activation_bytes_per_pass * scale;
+    e.pipeline_s = std::max(e.pipeline_s, r.pipeline_end_s);
+    e.optimizer_s = std::max(e.optimizer_s, tl.finish_s[opt] - tl.start_s[opt]);
+    e.dp_exposed_s = std::max(e.dp_exposed_s, r.exposed_dp_s);
+    e.tp_exposed_s = std::max(e.tp_exposed_s, r.tp_s);
+    if (s == 0 || r.memory.total() > e.memory.total()) e.memory = r.memory;
+  }
+  for (StageReport& r : sim.stages) {
+    r.bubble_s = e.pipeline_s - r.busy_s;
+    bubble_sum += r.bubble_s;
+  }
+  e.step_time_s = tl.makespan_s;
+  e.bubble_fraction = e.pipeline_s > 0 ? bubble_sum / d(p.pp) / e.pipeline_s : 0;
+  e.overhead_s = p.execution.step_overhead_us * 1e-6;
+  e.comm_bytes_per_gpu = comm_bytes(sim, p.pp);
+  e.comm_bytes_per_gpu.tp = layer_passes * sim.step.layer.tp_bytes;
+  e.model_flops = model_flops_per_step(m, p.seq_len, p.global_batch);
+  e.hardware_flops = hardware_flops_per_step(m, p.seq_len, p.global_batch, p.recompute);
+  const double gpus = d(p.gpus());
+  e.tokens_per_s = d(p.global_batch) * d(p.seq_len) / e.step_time_s;
+  e.model_tflops_per_gpu = e.model_flops / e.step_time_s / gpus / 1e12;
+  e.hardware_tflops_per_gpu = e.hardware_flops / e.step_time_s / gpus / 1e12;
+  e.mfu = e.model_tflops_per_gpu * 1e12 / c.gpu.peak_flops(p.precision);
+  e.peak_memory_bytes = e.memory.total();
+  e.fits_in_memory = e.peak_memory_bytes <= c.gpu.hbm_bytes();
+  e.fits_in_host_memory = e.memory.host * d(c.node.gpus) <= c.host.memory_gib * 1073741824.0;
+}
+
+}  // namespace
+
+Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
+  Simulation sim;
+  sim.step = lower_step(m, c, plan);
+  Result<Timeline> tl = run_tasks(sim.step.graph);
+  if (!tl.ok()) return Error{tl.error()};
+  sim.timeline = std::move(tl).value();
+  sim.stages.resize(plan.pp);
+  compute_stream_stats(sim, sim.stages);
+  summarise(m, c, plan, sim);
+  return sim;
+}
+
+}  // namespace parallax

@@ -1,0 +1,24 @@
+// Discrete-event engine: runs a TaskGraph. Each stream starts its next task as soon as the stream
+// is free and the task's dependencies have finished; finishing tasks are events in a binary heap
+// keyed by (time, sequence), so ties resolve the same way every run and the result is
+// deterministic. A graph whose streams wait on each other in a cycle is reported, not hung on.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/status.h"
+#include "simulator/task_graph.h"
+
+namespace parallax {
+
+struct Timeline {
+  std::vector<double> start_s, finish_s;  // per task
+  double makespan_s = 0;
+  int64_t events = 0;  // tasks finished (each one heap push and pop)
+};
+
+// Errors: a deadlock (some task can never start), naming the first stuck task and its stream.
+Result<Timeline> run_tasks(const TaskGraph& graph);
+
+}  // namespace parallax
