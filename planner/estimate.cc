@@ -76,9 +76,11 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   t.backward_weight_s = wgrad_gemm_s;
   t.tp_comm_s = 4 * one_ar_s;
   t.tp_bytes = 4 * one_ar_bytes;
+  t.tp_forward_s = t.tp_backward_input_s = 2 * one_ar_s;
   if (plan.recompute == Recompute::kFull) {
     t.backward_input_s += t.forward_s;
     t.tp_comm_s += 2 * one_ar_s;
+    t.tp_backward_input_s += 2 * one_ar_s;
     t.tp_bytes += 2 * one_ar_bytes;
   } else if (plan.recompute == Recompute::kSelective) {
     t.backward_input_s += core_s + scores_s;
@@ -90,6 +92,7 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
     // without SP, i.e. the gathers are not hidden: priced as exposed.
     const double ag_s = collective_time_s(Collective::kAllGather, tp_msg, plan.tp, link);
     t.backward_weight_s += 2 * ag_s;
+    t.tp_backward_weight_s = 2 * ag_s;
     t.tp_comm_s += 2 * ag_s;
     t.tp_bytes += 2 * collective_bytes_per_rank(Collective::kAllGather, tp_msg, plan.tp);
   }

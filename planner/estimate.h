@@ -20,6 +20,7 @@ struct LayerTiming {
   double backward_input_s = 0;  // incl. what recompute re-runs
   double backward_weight_s = 0;
   double tp_comm_s = 0;         // the TP collective time inside the three above
+  double tp_forward_s = 0, tp_backward_input_s = 0, tp_backward_weight_s = 0;  // its split by pass
   double tp_bytes = 0;          // bytes this GPU sends in TP collectives, forward + backward
 };
 LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);

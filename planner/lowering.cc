@@ -83,6 +83,7 @@ class Lowerer {
     std::vector<size_t> final_bwd = final_backward_per_chunk(s);
     index_.emplace_back(3 * mbs_ * v_, -1);
     out_.op_tasks.emplace_back();
+    out_.op_first_tasks.emplace_back();
     pieces_.emplace_back(v_);
     const int64_t buckets = overlapped() ? bucket_count(s) : 1;
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -99,8 +100,10 @@ class Lowerer {
       }
       if (!slice) pieces_[s][op.chunk] = {t};
       index_[s][key(op.kind, op.micro_batch, op.chunk)] = t;
-      if (!out_.op_tasks[s].empty()) next_compute_[out_.op_tasks[s].back()] = t - (slice ? buckets - 1 : 0);
+      const TaskId first = t - (slice ? static_cast<TaskId>(buckets - 1) : 0);
+      if (!out_.op_tasks[s].empty()) next_compute_[out_.op_tasks[s].back()] = first;
       out_.op_tasks[s].push_back(t);
+      out_.op_first_tasks[s].push_back(first);
     }
   }
 
@@ -202,7 +205,7 @@ class Lowerer {
   // Without overlap the reduction runs on the compute stream's critical path: the next op waits.
   void block_next_op(int64_t s, size_t op_index, TaskId reduction) {
     if (p_.execution.overlap_grad_reduce || op_index + 1 >= out_.op_tasks[s].size()) return;
-    out_.graph.add_dependency(reduction, out_.op_tasks[s][op_index + 1]);
+    out_.graph.add_dependency(reduction, out_.op_first_tasks[s][op_index + 1]);
   }
 
   // ZeRO-3: the weights are gathered before every F and B (prefetched while the previous op
@@ -217,7 +220,7 @@ class Lowerer {
       if (ops[i].kind == OpKind::kWeight) continue;
       const TaskId ag = g.add_task(dp_[s], ag_s, {TaskKind::kDpAllGather, ops[i].micro_batch, ops[i].chunk, 0}, ag_bytes);
       if (i >= 2) g.add_dependency(out_.op_tasks[s][i - 2], ag);  // at most one gathered copy ahead
-      g.add_dependency(ag, out_.op_tasks[s][i]);
+      g.add_dependency(ag, out_.op_first_tasks[s][i]);
       if (i >= 1 && ops[i - 1].kind == OpKind::kBackward) out.push_back(add_zero3_scatter(s, i - 1));
     }
     if (ops.back().kind == OpKind::kBackward) out.push_back(add_zero3_scatter(s, ops.size() - 1));

@@ -23,6 +23,7 @@ struct LoweredStep {
   TaskGraph graph;
   std::vector<std::vector<PipelineOp>> ops;      // per stage, the schedule
   std::vector<std::vector<TaskId>> op_tasks;     // per stage, the (last) compute task of each op
+  std::vector<std::vector<TaskId>> op_first_tasks;  // the first, where an op is cut into pieces
   std::vector<TaskId> optimizer;                 // per stage
   std::vector<StreamId> compute_stream;          // per stage
   LayerTiming layer;

@@ -29,8 +29,8 @@ double zero_model_state_bytes(double params, int64_t dp, int zero_stage, Precisi
 int64_t in_flight_chunk_passes(Schedule s, int64_t pp, int64_t m, int64_t v, int64_t stage) {
   switch (s) {
     case Schedule::kGpipe: return m;
-    case Schedule::k1F1B:
-    case Schedule::kZbH1: return std::min(pp - stage, m);
+    case Schedule::k1F1B: return std::min(pp - stage, m);
+    case Schedule::kZbH1: return std::min(pp, m);
     case Schedule::kInterleaved: return std::min(m * v, 2 * (pp - stage - 1) + (v - 1) * pp + 1);
   }
   return m;

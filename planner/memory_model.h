@@ -23,8 +23,9 @@ ModelStateBytesPerParam bytes_per_param(Precision p);
 double zero_model_state_bytes(double params, int64_t dp, int zero_stage, Precision p);
 
 // Chunk-passes whose activations stage `stage` holds at its peak (each pass = one micro-batch
-// through one chunk of L/(p*v) layers): GPipe m; 1F1B and ZB-H1 min(p - i, m); interleaved
-// (Megatron's warm-up) min(m*v, 2(p - i - 1) + (v - 1)p + 1).
+// through one chunk of L/(p*v) layers): GPipe m; 1F1B min(p - i, m); interleaved (Megatron's
+// warm-up) min(m*v, 2(p - i - 1) + (v - 1)p + 1); ZB-H1 min(p, m) on every stage — it keeps 1F1B's
+// peak, p, but later stages defer W passes up to it (planner/schedule.cc).
 int64_t in_flight_chunk_passes(Schedule s, int64_t pp, int64_t micro_batches, int64_t chunks, int64_t stage);
 
 // Parameters held by one GPU of pipeline stage `stage` before ZeRO sharding.

@@ -87,7 +87,7 @@ std::vector<Ops> zero_bubble_h1(int64_t pp, int64_t m) {
         s.ops.push_back(op(OpKind::kBackward, mb, 0));
         s.pending_w.push_back(mb);
         if (i > 0) arrivals[i - 1].push_back({t + 1, mb});
-      } else if (f_input && s.held < pp - i) {
+      } else if (f_input && s.held < pp) {
         const int64_t mb = s.next_f++;
         s.ops.push_back(op(OpKind::kForward, mb, 0));
         s.f_done_at[mb] = t + 1;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "planner/memory_model.h"
+#include "simulator/trace.h"
 
 namespace parallax {
 
@@ -112,6 +113,64 @@ Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const
   compute_stream_stats(sim, sim.stages);
   summarise(m, c, plan, sim);
   return sim;
+}
+
+}  // namespace parallax
+
+namespace parallax {
+
+namespace {
+
+// TP collectives sit at the end of each layer's share of an op.
+void tp_events(const ModelSpec& m, const Plan& p, const Simulation& sim, int64_t s, std::vector<TraceEvent>& out) {
+  const LayerTiming& lt = sim.step.layer;
+  const int64_t layers = p.layers_per_chunk(m.layers);
+  const std::string kind = p.sequence_parallel ? "reduce-scatter tp layer=" : "allreduce tp layer=";
+  const bool split = splits_weight_gradients(p.schedule);
+  for (size_t i = 0; i < sim.step.ops[s].size(); ++i) {
+    const PipelineOp& op = sim.step.ops[s][i];
+    double tp = op.kind == OpKind::kForward    ? lt.tp_forward_s
+                : op.kind == OpKind::kBackward ? lt.tp_backward_input_s + (split ? 0 : lt.tp_backward_weight_s)
+                                               : lt.tp_backward_weight_s;
+    if (tp <= 0) continue;
+    const double start = sim.timeline.start_s[sim.step.op_first_tasks[s][i]];
+    const double slice = (sim.timeline.finish_s[sim.step.op_tasks[s][i]] - start) / static_cast<double>(layers);
+    const int64_t base = virtual_stage(s, op.chunk, p.pp) * layers;
+    for (int64_t j = 0; j < layers; ++j) {
+      const int64_t layer = op.kind == OpKind::kForward ? base + j : base + layers - 1 - j;
+      out.push_back({static_cast<int32_t>(s), StreamKind::kTp, kind + std::to_string(layer),
+                     start + (j + 1) * slice - std::min(tp, slice), std::min(tp, slice)});
+    }
+  }
+}
+
+void memory_samples(const Plan& p, const Simulation& sim, int64_t s, std::vector<CounterSample>& out) {
+  const OpKind release = splits_weight_gradients(p.schedule) ? OpKind::kWeight : OpKind::kBackward;
+  double held = 0;
+  out.push_back({static_cast<int32_t>(s), 0.0, 0.0});
+  for (size_t i = 0; i < sim.step.ops[s].size(); ++i) {
+    const PipelineOp& op = sim.step.ops[s][i];
+    if (op.kind == OpKind::kForward) {
+      held += sim.step.activation_bytes_per_pass;
+      out.push_back({static_cast<int32_t>(s), sim.timeline.start_s[sim.step.op_first_tasks[s][i]], held});
+    } else if (op.kind == release) {
+      held -= sim.step.activation_bytes_per_pass;
+      out.push_back({static_cast<int32_t>(s), sim.timeline.finish_s[sim.step.op_tasks[s][i]], held});
+    }
+  }
+}
+
+}  // namespace
+
+nlohmann::json simulation_trace(const ModelSpec& m, const Plan& plan, const Simulation& sim,
+                                const nlohmann::json& metadata) {
+  std::vector<TraceEvent> extra;
+  std::vector<CounterSample> memory;
+  for (int64_t s = 0; s < plan.pp; ++s) {
+    tp_events(m, plan, sim, s, extra);
+    memory_samples(plan, sim, s, memory);
+  }
+  return chrome_trace(sim.step.graph, sim.timeline, extra, memory, metadata);
 }
 
 }  // namespace parallax

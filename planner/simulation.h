@@ -11,6 +11,8 @@
 #include "planner/lowering.h"
 #include "simulator/engine.h"
 
+#include <nlohmann/json.hpp>
+
 namespace parallax {
 
 struct StageReport {
@@ -33,5 +35,11 @@ struct Simulation {
 
 // Precondition: check_plan(plan, m, c.node.gpus) is ok. Errors: a deadlocked schedule.
 Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
+
+// The Chrome trace of a simulation: its tasks, the TP collectives inside every layer of every op
+// ("allreduce tp layer=K", or "reduce-scatter tp layer=K" with SP), and the activation bytes each
+// stage holds over time.
+nlohmann::json simulation_trace(const ModelSpec& m, const Plan& plan, const Simulation& sim,
+                                const nlohmann::json& metadata);
 
 }  // namespace parallax

@@ -8,6 +8,7 @@
 #include "planner/estimate.h"
 #include "planner/export.h"
 #include "planner/simulation.h"
+#include "simulator/trace.h"
 #include "tools/cli.h"
 
 namespace parallax {
@@ -88,6 +89,22 @@ void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const 
   std::cout << "engine: " << (engine == "event" ? "discrete-event simulation" : "analytical model") << "\n\n" << cli::render_table({"quantity", "value"}, rows);
 }
 
+void write_pictures(const Options& o, const ModelSpec& m, const ClusterSpec& c, const Plan& plan,
+                    const Simulation& sim) {
+  if (!o.trace.empty()) {
+    const nlohmann::json meta = {{"source", "parallax simulate"}, {"plan", plan_to_json(plan)},
+                                 {"model", m.name}, {"cluster", c.name}};
+    if (Status s = write_text_file(o.trace, simulation_trace(m, plan, sim, meta).dump()); !s.ok()) cli::fail(s.error());
+  }
+  if (!o.svg.empty()) {
+    const std::string title = m.name + " on " + std::to_string(plan.gpus()) + " x " + c.gpu.name + ": TP " +
+                              std::to_string(plan.tp) + " PP " + std::to_string(plan.pp) + " DP " +
+                              std::to_string(plan.dp) + ", " + schedule_name(plan.schedule) + ", step " +
+                              cli::fixed(sim.estimate.step_time_s, 3) + " s";
+    if (Status s = write_text_file(o.svg, pipeline_svg(sim.step.graph, sim.timeline, title)); !s.ok()) cli::fail(s.error());
+  }
+}
+
 int run(int argc, char** argv) {
   cli::set_tool_name("simulate");
   CLI::App app{"Predict one training step of one plan."};
@@ -110,13 +127,16 @@ int run(int argc, char** argv) {
   app.add_flag("--overlap-grad-reduce", o.overlap_grad_reduce, "overlap DP gradient reduction with backward");
   app.add_option("--seq-len", o.seq_len, "sequence length (default: min(max positions, 4096))");
   app.add_option("--precision", o.precision, "bf16|fp16|fp32")->capture_default_str();
-  app.add_option("--trace", o.trace, "write a Chrome trace (needs the discrete-event engine)");
+  app.add_option("--trace", o.trace, "write the step as a Chrome / Perfetto trace (event engine)");
+  app.add_option("--svg", o.svg, "draw the step as an SVG pipeline chart (event engine)");
   app.add_option("--format", o.format, "table|json")->capture_default_str();
   app.add_option("--engine", o.engine, "event (discrete-event simulator) | analytical (closed form)")
       ->capture_default_str();
   cli::parse(app, argc, argv);
   if (o.engine != "event" && o.engine != "analytical")
     cli::fail("--engine: unknown '" + o.engine + "' (expected event|analytical)");
+  if (o.engine == "analytical" && (!o.trace.empty() || !o.svg.empty()))
+    cli::fail("--trace and --svg need --engine event");
   cli::require_format(o.format, {"table", "json"});
 
   const ModelSpec m = cli::load_model_or_fail(o.model);
@@ -132,7 +152,9 @@ int run(int argc, char** argv) {
   if (o.engine == "analytical") {
     e = estimate_step(m, c, plan);
   } else {
-    e = cli::value_or_fail(simulate_step(m, c, plan)).estimate;
+    const Simulation sim = cli::value_or_fail(simulate_step(m, c, plan));
+    e = sim.estimate;
+    write_pictures(o, m, c, plan, sim);
   }
   if (!e.fits_in_memory)
     cli::warn("plan does not fit in GPU memory: peak " + cli::fixed(e.peak_memory_bytes / kGiB, 1) + " GiB > " +

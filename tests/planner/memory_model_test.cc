@@ -46,13 +46,13 @@ TEST(ZeroMemory, ReproducesFigure1) {
 }
 
 // VALIDATION.md section 3: in flight on stage i, GPipe m, 1F1B min(p - i, m); Megatron's interleaved
-// warm-up 2(p - i - 1) + (v - 1)p plus one steady-state pass.
+// warm-up 2(p - i - 1) + (v - 1)p plus one steady-state pass; ZB-H1 1F1B's peak p on every stage.
 TEST(InFlight, ClosedForms) {
   EXPECT_EQ(in_flight_chunk_passes(Schedule::kGpipe, 4, 16, 1, 0), 16);
   EXPECT_EQ(in_flight_chunk_passes(Schedule::k1F1B, 4, 16, 1, 0), 4);
   EXPECT_EQ(in_flight_chunk_passes(Schedule::k1F1B, 4, 16, 1, 3), 1);
   EXPECT_EQ(in_flight_chunk_passes(Schedule::k1F1B, 8, 2, 1, 0), 2);
-  EXPECT_EQ(in_flight_chunk_passes(Schedule::kZbH1, 4, 16, 1, 1), 3);
+  EXPECT_EQ(in_flight_chunk_passes(Schedule::kZbH1, 4, 16, 1, 1), 4);
   // p 4, v 2, stage 0: 2*3 + 1*4 + 1 = 11 chunk-passes of L/8 layers = 5.5 micro-batches of L/4.
   EXPECT_EQ(in_flight_chunk_passes(Schedule::kInterleaved, 4, 16, 2, 0), 11);
   EXPECT_EQ(in_flight_chunk_passes(Schedule::kInterleaved, 4, 2, 2, 0), 4);  // capped at m*v
