@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_map>
 
 #include "planner/memory_model.h"
 #include "simulator/collective_cost.h"
@@ -25,12 +24,17 @@ class Lowerer {
     const ActivationOptions ao{p.seq_len, p.micro_batch, p.tp, p.sequence_parallel, p.recompute, p.execution.attention};
     out_.activation_bytes_per_pass = d(p.layers_per_chunk(m.layers)) * layer_activation_bytes(m, ao).total();
     p2p_ = pipeline_transfer(m, c, p);
+    out_.blocking_send_s = p.execution.overlap_p2p ? 0.0 : p2p_.time_s;
+    out_.send_bytes = p2p_.bytes;
     pp_link_ = group_link(c, place_group(p.pp, p.tp * p.dp, c.node.gpus));
     dp_link_ = group_link(c, place_group(p.dp, p.tp, c.node.gpus));
   }
 
   LoweredStep run() {
     TaskGraph& g = out_.graph;
+    size_t ops = 0;
+    for (const auto& stage : out_.ops) ops += stage.size();
+    g.reserve(2 * ops + 64 * static_cast<size_t>(p_.pp), 3 * ops + 64 * static_cast<size_t>(p_.pp));
     for (int64_t s = 0; s < p_.pp; ++s) {
       const int32_t r = static_cast<int32_t>(s);
       out_.compute_stream.push_back(g.add_stream(r, StreamKind::kCompute));
@@ -49,6 +53,10 @@ class Lowerer {
   }
 
   double op_duration(const PipelineOp& op, int64_t stage) const {
+    return compute_duration(op, stage) + (send_target(p_, op, stage) >= 0 ? out_.blocking_send_s : 0.0);
+  }
+
+  double compute_duration(const PipelineOp& op, int64_t stage) const {
     const LayerTiming& lt = out_.layer;
     const EdgeTiming& et = out_.edge;
     const int64_t vs = virtual_stage(stage, op.chunk, p_.pp);
@@ -101,7 +109,6 @@ class Lowerer {
       if (!slice) pieces_[s][op.chunk] = {t};
       index_[s][key(op.kind, op.micro_batch, op.chunk)] = t;
       const TaskId first = t - (slice ? static_cast<TaskId>(buckets - 1) : 0);
-      if (!out_.op_tasks[s].empty()) next_compute_[out_.op_tasks[s].back()] = first;
       out_.op_tasks[s].push_back(t);
       out_.op_first_tasks[s].push_back(first);
     }
@@ -112,18 +119,18 @@ class Lowerer {
   void add_transfers(int64_t s) {
     TaskGraph& g = out_.graph;
     for (const PipelineOp& op : out_.ops[s]) {
-      const int64_t vs = virtual_stage(s, op.chunk, p_.pp);
-      int64_t to = -1;
-      if (op.kind == OpKind::kForward && vs < last_vs_) to = vs + 1;
-      if (op.kind == OpKind::kBackward && vs > 0) to = vs - 1;
+      const int64_t to = send_target(p_, op, s);
       if (to < 0) continue;
+      const TaskId producer = task_of(s, op.kind, op.micro_batch, op.chunk);
+      const TaskId consumer = task_of(to % p_.pp, op.kind, op.micro_batch, to / p_.pp);
+      if (!p_.execution.overlap_p2p) {  // the transfer ends with the producer
+        g.add_dependency(producer, consumer);
+        continue;
+      }
       const TaskKind kind = op.kind == OpKind::kForward ? TaskKind::kSendForward : TaskKind::kSendBackward;
       const TaskId send = g.add_task(send_[s], p2p_.time_s, {kind, op.micro_batch, op.chunk}, p2p_.bytes);
-      const TaskId producer = task_of(s, op.kind, op.micro_batch, op.chunk);
       g.add_dependency(producer, send);
-      // Megatron's send/recv pairs block the sender until the transfer is done.
-      if (!p_.execution.overlap_p2p && next_compute_.count(producer)) g.add_dependency(send, next_compute_.at(producer));
-      g.add_dependency(send, task_of(to % p_.pp, op.kind, op.micro_batch, to / p_.pp));
+      g.add_dependency(send, consumer);
     }
   }
 
@@ -252,7 +259,6 @@ class Lowerer {
   const Plan& p_;
   const int64_t mbs_, v_, last_vs_;
   P2pCost p2p_;
-  std::unordered_map<TaskId, TaskId> next_compute_;  // compute task -> the one after it
   LinkTier pp_link_, dp_link_;
   LoweredStep out_;
   std::vector<StreamId> send_, dp_;
@@ -261,6 +267,13 @@ class Lowerer {
 };
 
 }  // namespace
+
+int64_t send_target(const Plan& plan, const PipelineOp& op, int64_t stage) {
+  const int64_t vs = virtual_stage(stage, op.chunk, plan.pp), last = plan.pp * plan.virtual_stages - 1;
+  if (op.kind == OpKind::kForward && vs < last) return vs + 1;
+  if (op.kind == OpKind::kBackward && vs > 0) return vs - 1;
+  return -1;
+}
 
 LoweredStep lower_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
   return Lowerer(m, c, plan).run();

@@ -20,9 +20,11 @@ bool is_dp(TaskKind k) {
 void compute_stream_stats(const Simulation& sim, std::vector<StageReport>& stages) {
   const TaskGraph& g = sim.step.graph;
   const Timeline& tl = sim.timeline;
-  std::vector<TaskId> incoming(g.task_count(), -1);  // op task -> the transfer it waits for
+  // op task -> the transfer (or, blocking, the sending op on another stage) it waits for
+  std::vector<TaskId> incoming(g.task_count(), -1);
   for (const auto& [before, after] : g.dependencies())
-    if (is_send(g.label(before).kind) && !is_send(g.label(after).kind)) incoming[after] = before;
+    if (is_send(g.label(before).kind) || g.stream_rank(g.stream(before)) != g.stream_rank(g.stream(after)))
+      if (g.stream_kind(g.stream(after)) == StreamKind::kCompute) incoming[after] = before;
   // Task ids grow in each stream's program order, so one pass sees every compute stream in order.
   std::vector<double> prev_finish(stages.size(), 0.0);
   for (size_t i = 0; i < g.task_count(); ++i) {
@@ -37,11 +39,19 @@ void compute_stream_stats(const Simulation& sim, std::vector<StageReport>& stage
     if (gap > 0 && incoming[t] >= 0 && tl.finish_s[incoming[t]] >= tl.start_s[t]) r.exposed_pp_s += gap;
     prev_finish[s] = tl.finish_s[t];
   }
+  // Blocking sends hold the sender's compute stream.
+  for (size_t s = 0; s < stages.size(); ++s)
+    for (const PipelineOp& op : sim.step.ops[s])
+      if (send_target(sim.plan, op, static_cast<int64_t>(s)) >= 0) stages[s].exposed_pp_s += sim.step.blocking_send_s;
 }
 
 CommBytes comm_bytes(const Simulation& sim, int64_t stages) {
   const TaskGraph& g = sim.step.graph;
   std::vector<CommBytes> per(stages);
+  if (sim.step.blocking_send_s > 0)
+    for (int64_t s = 0; s < stages; ++s)
+      for (const PipelineOp& op : sim.step.ops[s])
+        if (send_target(sim.plan, op, s) >= 0) per[s].pp += sim.step.send_bytes;
   for (size_t i = 0; i < g.task_count(); ++i) {
     const TaskId t = static_cast<TaskId>(i);
     CommBytes& c = per[g.stream_rank(g.stream(t))];
@@ -105,6 +115,7 @@ void summarise(const ModelSpec& m, const ClusterSpec& c, const Plan& p, Simulati
 
 Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
   Simulation sim;
+  sim.plan = plan;
   sim.step = lower_step(m, c, plan);
   Result<Timeline> tl = run_tasks(sim.step.graph);
   if (!tl.ok()) return Error{tl.error()};
@@ -134,13 +145,27 @@ void tp_events(const ModelSpec& m, const Plan& p, const Simulation& sim, int64_t
                                                : lt.tp_backward_weight_s;
     if (tp <= 0) continue;
     const double start = sim.timeline.start_s[sim.step.op_first_tasks[s][i]];
-    const double slice = (sim.timeline.finish_s[sim.step.op_tasks[s][i]] - start) / static_cast<double>(layers);
+    const double tail = send_target(p, op, s) >= 0 ? sim.step.blocking_send_s : 0.0;
+    const double slice = (sim.timeline.finish_s[sim.step.op_tasks[s][i]] - tail - start) / static_cast<double>(layers);
     const int64_t base = virtual_stage(s, op.chunk, p.pp) * layers;
     for (int64_t j = 0; j < layers; ++j) {
       const int64_t layer = op.kind == OpKind::kForward ? base + j : base + layers - 1 - j;
       out.push_back({static_cast<int32_t>(s), StreamKind::kTp, kind + std::to_string(layer),
                      start + (j + 1) * slice - std::min(tp, slice), std::min(tp, slice)});
     }
+  }
+}
+
+// Blocking sends are the tail of their op on the compute stream; show them on the pp-send track.
+void send_events(const Plan& p, const Simulation& sim, int64_t s, std::vector<TraceEvent>& out) {
+  const double send = sim.step.blocking_send_s;
+  if (send <= 0) return;
+  for (size_t i = 0; i < sim.step.ops[s].size(); ++i) {
+    const PipelineOp& op = sim.step.ops[s][i];
+    if (send_target(p, op, s) < 0) continue;
+    const double end = sim.timeline.finish_s[sim.step.op_tasks[s][i]];
+    out.push_back({static_cast<int32_t>(s), StreamKind::kPpSend, "send pp mb=" + std::to_string(op.micro_batch),
+                   end - send, send});
   }
 }
 
@@ -168,6 +193,7 @@ nlohmann::json simulation_trace(const ModelSpec& m, const Plan& plan, const Simu
   std::vector<CounterSample> memory;
   for (int64_t s = 0; s < plan.pp; ++s) {
     tp_events(m, plan, sim, s, extra);
+    send_events(plan, sim, s, extra);
     memory_samples(plan, sim, s, memory);
   }
   return chrome_trace(sim.step.graph, sim.timeline, extra, memory, metadata);

@@ -27,6 +27,7 @@ struct StageReport {
 };
 
 struct Simulation {
+  Plan plan;
   Estimate estimate;
   std::vector<StageReport> stages;
   LoweredStep step;

@@ -1,6 +1,7 @@
 #include "simulator/collective_cost.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace parallax {
 
@@ -40,7 +41,16 @@ double collective_time_s(Collective op, double bytes, int64_t n, const LinkTier&
   if (op == Collective::kSendRecv) return link.latency_s + bytes / link.busbw_Bps;
   if (n <= 1) return 0;
   const double steps = static_cast<double>(op == Collective::kAllReduce ? 2 * (n - 1) : n - 1);
-  return steps * link.latency_s + collective_bytes_per_rank(op, bytes, n) / link.busbw_Bps;
+  const double ring = steps * link.latency_s + collective_bytes_per_rank(op, bytes, n) / link.busbw_Bps;
+  if (op != Collective::kAllReduce) return ring;
+  return std::min(ring, tree_allreduce_time_s(bytes, n, link));
+}
+
+double tree_allreduce_time_s(double bytes, int64_t n, const LinkTier& link) {
+  // Reduce up and broadcast down a (double) binary tree: 2 ceil(log2 n) latencies; every rank
+  // receives and sends the whole buffer once each way.
+  const double depth = std::ceil(std::log2(static_cast<double>(n)));
+  return 2 * depth * link.latency_s + 2 * bytes / link.busbw_Bps;
 }
 
 }  // namespace parallax

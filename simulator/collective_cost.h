@@ -34,7 +34,10 @@ LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g);
 
 // Bytes each rank sends for a collective over n ranks whose full buffer is `bytes`.
 double collective_bytes_per_rank(Collective op, double bytes, int64_t n);
-// Ring time of that collective; 0 for a group of one.
+// Time of that collective; 0 for a group of one. All-reduce takes the faster of a ring and a tree,
+// as NCCL's tuner does: the tree's log-depth latency wins for small messages over many ranks, the
+// ring's bandwidth for large ones. Other collectives run as rings.
 double collective_time_s(Collective op, double bytes, int64_t n, const LinkTier& link);
+double tree_allreduce_time_s(double bytes, int64_t n, const LinkTier& link);
 
 }  // namespace parallax

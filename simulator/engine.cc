@@ -2,84 +2,89 @@
 
 #include <algorithm>
 #include <functional>
-#include <queue>
 
 namespace parallax {
 
 namespace {
 
-// Compressed adjacency: successors of task t are succ[first[t] .. first[t + 1]).
-struct Csr {
-  std::vector<int32_t> first;
-  std::vector<TaskId> succ;
+// What the event loop touches per task, packed into one cache-friendly record.
+struct HotTask {
+  double duration_s;
+  StreamId stream;
+  int32_t pending;     // unfinished dependencies
+  int32_t first_succ;  // successors: succ[first_succ .. next task's first_succ)
 };
 
-Csr successors(const TaskGraph& g, std::vector<int32_t>& pending) {
+// Packs the tasks and their successors (compressed adjacency).
+std::vector<HotTask> pack(const TaskGraph& g, std::vector<TaskId>& succ) {
   const size_t n = g.task_count();
-  Csr c;
-  c.first.assign(n + 1, 0);
-  pending.assign(n, 0);
+  std::vector<HotTask> hot(n + 1);
+  for (size_t t = 0; t < n; ++t) hot[t] = {g.duration_s(static_cast<TaskId>(t)), g.stream(static_cast<TaskId>(t)), 0, 0};
+  hot[n] = {0, 0, 0, 0};
   for (const auto& [before, after] : g.dependencies()) {
-    ++c.first[before + 1];
-    ++pending[after];
+    ++hot[before + 1].first_succ;
+    ++hot[after].pending;
   }
-  for (size_t i = 0; i < n; ++i) c.first[i + 1] += c.first[i];
-  c.succ.resize(g.dependencies().size());
-  std::vector<int32_t> fill(c.first.begin(), c.first.end() - 1);
-  for (const auto& [before, after] : g.dependencies()) c.succ[fill[before]++] = after;
-  return c;
+  for (size_t t = 0; t < n; ++t) hot[t + 1].first_succ += hot[t].first_succ;
+  succ.resize(g.dependencies().size());
+  std::vector<int32_t> fill(n);
+  for (size_t t = 0; t < n; ++t) fill[t] = hot[t].first_succ;
+  for (const auto& [before, after] : g.dependencies()) succ[fill[before]++] = after;
+  return hot;
 }
 
 }  // namespace
 
 Result<Timeline> run_tasks(const TaskGraph& g) {
   const size_t n = g.task_count(), streams = g.stream_count();
-  std::vector<int32_t> pending;
-  const Csr csr = successors(g, pending);
+  std::vector<TaskId> succ;
+  std::vector<HotTask> hot = pack(g, succ);
 
   // Program order of every stream: its tasks in the order they were added.
   std::vector<int32_t> order_first(streams + 1, 0);
-  for (size_t t = 0; t < n; ++t) ++order_first[g.stream(static_cast<TaskId>(t)) + 1];
+  for (size_t t = 0; t < n; ++t) ++order_first[hot[t].stream + 1];
   for (size_t s = 0; s < streams; ++s) order_first[s + 1] += order_first[s];
   std::vector<TaskId> order(n);
-  std::vector<int32_t> next(order_first.begin(), order_first.end() - 1);
-  for (size_t t = 0; t < n; ++t) order[next[g.stream(static_cast<TaskId>(t))]++] = static_cast<TaskId>(t);
   std::vector<int32_t> head(order_first.begin(), order_first.end() - 1);
+  for (size_t t = 0; t < n; ++t) order[head[hot[t].stream]++] = static_cast<TaskId>(t);
+  std::copy(order_first.begin(), order_first.end() - 1, head.begin());
   std::vector<char> busy(streams, 0);
 
   Timeline tl;
-  tl.start_s.assign(n, 0);
+  tl.start_s.resize(n);
   tl.finish_s.assign(n, -1);
-  using Event = std::pair<double, int64_t>;  // (finish time, sequence); sequence -> task
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> heap;
-  std::vector<TaskId> task_of_seq;
-  task_of_seq.reserve(n);
+  // Finish events keyed by (time, task id): task ids are assigned in a fixed order, so equal
+  // times always resolve the same way.
+  using Event = std::pair<double, TaskId>;
+  std::vector<Event> heap;
+  heap.reserve(streams);
+  const auto later = std::greater<Event>();
 
   auto try_start = [&](StreamId s, double now) {
     if (busy[s] || head[s] == order_first[s + 1]) return;
     const TaskId t = order[head[s]];
-    if (pending[t] > 0) return;
+    if (hot[t].pending > 0) return;
     busy[s] = 1;
     tl.start_s[t] = now;
-    heap.emplace(now + g.duration_s(t), static_cast<int64_t>(task_of_seq.size()));
-    task_of_seq.push_back(t);
+    heap.emplace_back(now + hot[t].duration_s, t);
+    std::push_heap(heap.begin(), heap.end(), later);
   };
   for (size_t s = 0; s < streams; ++s) try_start(static_cast<StreamId>(s), 0.0);
   while (!heap.empty()) {
-    const auto [now, seq] = heap.top();
-    heap.pop();
-    const TaskId t = task_of_seq[seq];
-    const StreamId s = g.stream(t);
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const auto [now, t] = heap.back();
+    heap.pop_back();
+    const StreamId s = hot[t].stream;
     tl.finish_s[t] = now;
-    tl.makespan_s = std::max(tl.makespan_s, now);
     ++tl.events;
     busy[s] = 0;
     ++head[s];
-    for (int32_t i = csr.first[t]; i < csr.first[t + 1]; ++i) {
-      const TaskId u = csr.succ[i];
-      if (--pending[u] == 0) try_start(g.stream(u), now);
+    for (int32_t i = hot[t].first_succ; i < hot[t + 1].first_succ; ++i) {
+      const TaskId u = succ[i];
+      if (--hot[u].pending == 0) try_start(hot[u].stream, now);
     }
     try_start(s, now);
+    tl.makespan_s = now;  // events come out in time order
   }
   if (static_cast<size_t>(tl.events) != n) {
     for (size_t s = 0; s < streams; ++s) {

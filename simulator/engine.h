@@ -1,6 +1,6 @@
 // Discrete-event engine: runs a TaskGraph. Each stream starts its next task as soon as the stream
 // is free and the task's dependencies have finished; finishing tasks are events in a binary heap
-// keyed by (time, sequence), so ties resolve the same way every run and the result is
+// keyed by (time, task id), so ties resolve the same way every run and the result is
 // deterministic. A graph whose streams wait on each other in a cycle is reported, not hung on.
 #pragma once
 

@@ -47,4 +47,12 @@ TaskId TaskGraph::add_task(StreamId stream, double duration_s, TaskLabel label, 
 
 void TaskGraph::add_dependency(TaskId before, TaskId after) { edges_.emplace_back(before, after); }
 
+void TaskGraph::reserve(size_t tasks, size_t dependencies) {
+  duration_s_.reserve(tasks);
+  bytes_.reserve(tasks);
+  label_.reserve(tasks);
+  stream_.reserve(tasks);
+  edges_.reserve(dependencies);
+}
+
 }  // namespace parallax

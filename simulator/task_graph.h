@@ -47,6 +47,7 @@ class TaskGraph {
   TaskId add_task(StreamId stream, double duration_s, TaskLabel label, double bytes = 0);
   // `after` starts no earlier than `before` finishes.
   void add_dependency(TaskId before, TaskId after);
+  void reserve(size_t tasks, size_t dependencies);
 
   size_t task_count() const { return duration_s_.size(); }
   size_t stream_count() const { return stream_rank_.size(); }

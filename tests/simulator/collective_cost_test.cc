@@ -58,5 +58,15 @@ TEST(Collectives, RingAlphaBeta) {
   EXPECT_DOUBLE_EQ(collective_bytes_per_rank(Collective::kSendRecv, 1e9, 2), 1e9);
 }
 
+// Tree vs ring for all-reduce over 64 ranks across nodes (10 us, 5 GB/s here):
+//   1 KB: ring 126 * 10 us + 2 * 63/64 KB / 5 GB/s = 1.2604 ms; tree 2 * 6 * 10 us + 2 KB / 5 GB/s
+//   = 0.1204 ms -> tree. 1 GB: ring 1.26 ms + 393.75 ms; tree 0.12 ms + 400 ms -> ring.
+TEST(Collectives, TreeForSmallMessagesRingForLarge) {
+  const LinkTier link = group_link(round(), place_group(64, 8, 8));
+  ASSERT_DOUBLE_EQ(link.busbw_Bps, 5e9);
+  EXPECT_NEAR(collective_time_s(Collective::kAllReduce, 1e3, 64, link), 120e-6 + 2e3 / 5e9, 1e-15);
+  EXPECT_NEAR(collective_time_s(Collective::kAllReduce, 1e9, 64, link), 126 * 10e-6 + 2 * 63.0 / 64 * 1e9 / 5e9, 1e-12);
+}
+
 }  // namespace
 }  // namespace parallax
