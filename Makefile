@@ -21,6 +21,7 @@ test: build
 
 bench: build
 	$(BUILD)/bin/planner_bench
+	$(BUILD)/bin/simulator_bench
 
 clean:
 	rm -rf $(BUILD)

@@ -154,6 +154,14 @@ double optimizer_step_s(const ClusterSpec& c, const Plan& plan, double stage_par
   return local * bytes_per_param / host_bw + local * (bpp.gradients + bpp.weights) / (c.host.pcie_gbps * 1e9);
 }
 
+TierBytes bytes_by_tier(const ClusterSpec& c, const Plan& plan, const CommBytes& b) {
+  TierBytes t;
+  const std::pair<double, LinkTier> kinds[] = {
+      {b.tp, tp_link(c, plan)}, {b.pp, pp_link(c, plan)}, {b.dp, dp_link(c, plan)}};
+  for (const auto& [bytes, link] : kinds) (link.crosses_nodes ? t.network : t.nvlink) += bytes;
+  return t;
+}
+
 P2pCost pipeline_transfer(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
   const double tensor = d(plan.seq_len) * d(plan.micro_batch) * d(m.hidden) * act_bytes(plan.precision);
   P2pCost cost;
@@ -240,6 +248,7 @@ Estimate estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& pla
 
   e.comm_bytes_per_gpu.tp = fm * layers * lt.tp_bytes;
   e.comm_bytes_per_gpu.pp = p > 1 ? 2 * fm * d(v) * p2p.bytes : 0;
+  e.tier_bytes_per_gpu = bytes_by_tier(c, plan, e.comm_bytes_per_gpu);
   e.model_flops = model_flops_per_step(m, plan.seq_len, plan.global_batch);
   e.hardware_flops = hardware_flops_per_step(m, plan.seq_len, plan.global_batch, plan.recompute);
   const double gpus = d(plan.gpus());

@@ -49,6 +49,13 @@ struct CommBytes {
   double tp = 0, pp = 0, dp = 0;
 };
 
+// Bytes a GPU sends per step over NVLink (inside a node) and over the network, from its TP, PP and
+// DP bytes and where each group lies in the rank order.
+struct TierBytes {
+  double nvlink = 0, network = 0;
+};
+TierBytes bytes_by_tier(const ClusterSpec& c, const Plan& plan, const CommBytes& bytes);
+
 struct Estimate {
   double step_time_s = 0;
   double pipeline_s = 0;       // forward/backward over all micro-batches, bubbles included
@@ -61,6 +68,7 @@ struct Estimate {
   double model_flops = 0, hardware_flops = 0;
   double tokens_per_s = 0, mfu = 0, model_tflops_per_gpu = 0, hardware_tflops_per_gpu = 0;
   CommBytes comm_bytes_per_gpu;
+  TierBytes tier_bytes_per_gpu;
   MemoryBreakdown memory;  // the stage with the highest peak
   double peak_memory_bytes = 0;
   bool fits_in_memory = false;

@@ -34,6 +34,8 @@ nlohmann::json evaluation_to_json(const ModelSpec& m, const Plan& plan, const Es
   j["comm_bytes_per_gpu"] = {{"tp", whole_bytes(e.comm_bytes_per_gpu.tp)},
                              {"pp", whole_bytes(e.comm_bytes_per_gpu.pp)},
                              {"dp", whole_bytes(e.comm_bytes_per_gpu.dp)}};
+  j["bytes_per_gpu_by_tier"] = {{"nvlink", whole_bytes(e.tier_bytes_per_gpu.nvlink)},
+                                {"network", whole_bytes(e.tier_bytes_per_gpu.network)}};
   return j;
 }
 

@@ -99,6 +99,7 @@ void summarise(const ModelSpec& m, const ClusterSpec& c, const Plan& p, Simulati
   e.overhead_s = p.execution.step_overhead_us * 1e-6;
   e.comm_bytes_per_gpu = comm_bytes(sim, p.pp);
   e.comm_bytes_per_gpu.tp = layer_passes * sim.step.layer.tp_bytes;
+  e.tier_bytes_per_gpu = bytes_by_tier(c, p, e.comm_bytes_per_gpu);
   e.model_flops = model_flops_per_step(m, p.seq_len, p.global_batch);
   e.hardware_flops = hardware_flops_per_step(m, p.seq_len, p.global_batch, p.recompute);
   const double gpus = d(p.gpus());
@@ -197,6 +198,25 @@ nlohmann::json simulation_trace(const ModelSpec& m, const Plan& plan, const Simu
     memory_samples(plan, sim, s, memory);
   }
   return chrome_trace(sim.step.graph, sim.timeline, extra, memory, metadata);
+}
+
+}  // namespace parallax
+
+namespace parallax {
+
+nlohmann::json stage_reports_json(const Simulation& sim) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (size_t s = 0; s < sim.stages.size(); ++s) {
+    const StageReport& r = sim.stages[s];
+    const MemoryBreakdown& mem = r.memory;
+    stages.push_back({{"stage", s}, {"busy_s", r.busy_s}, {"bubble_s", r.bubble_s},
+                      {"exposed_s", {{"tp", r.tp_s}, {"pp", r.exposed_pp_s}, {"dp", r.exposed_dp_s}}},
+                      {"pipeline_end_s", r.pipeline_end_s}, {"peak_in_flight", r.peak_in_flight},
+                      {"memory_bytes", {{"weights", mem.weights}, {"gradients", mem.gradients}, {"optimizer", mem.optimizer},
+                                        {"activations", mem.activations}, {"buffers", mem.buffers}, {"margin", mem.margin}}},
+                      {"peak_memory_bytes", mem.total()}});
+  }
+  return stages;
 }
 
 }  // namespace parallax

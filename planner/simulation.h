@@ -37,6 +37,9 @@ struct Simulation {
 // Precondition: check_plan(plan, m, c.node.gpus) is ok. Errors: a deadlocked schedule.
 Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
 
+// Per stage: busy, bubble, exposed TP / PP / DP seconds, peak in flight and memory by category.
+nlohmann::json stage_reports_json(const Simulation& sim);
+
 // The Chrome trace of a simulation: its tasks, the TP collectives inside every layer of every op
 // ("allreduce tp layer=K", or "reduce-scatter tp layer=K" with SP), and the activation bytes each
 // stage holds over time.

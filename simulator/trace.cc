@@ -123,7 +123,8 @@ std::string pipeline_svg(const TaskGraph& g, const Timeline& tl, const std::stri
     const double y = top + g.stream_rank(s) * row + (compute ? 0 : 20), h = compute ? 18 : 6;
     const double x = left + tl.start_s[t] * scale, w = std::max(0.3, (tl.finish_s[t] - tl.start_s[t]) * scale);
     svg << "<rect x=\"" << fmt(x) << "\" y=\"" << y << "\" width=\"" << fmt(w) << "\" height=\"" << h
-        << "\" fill=\"" << colour(g.label(t).kind) << "\" stroke=\"white\" stroke-width=\"0.5\"><title>" << task_name(g.label(t)) << "</title></rect>\n";
+        << "\" fill=\"" << colour(g.label(t).kind) << (w > 4 ? "\" stroke=\"white\" stroke-width=\"0.5" : "")
+        << "\"><title>" << task_name(g.label(t)) << "</title></rect>\n";
   }
   const double axis = top + ranks * row + 5, step = tick_step(span);
   svg << "<line x1=\"" << left << "\" y1=\"" << axis << "\" x2=\"" << left + width << "\" y2=\"" << axis

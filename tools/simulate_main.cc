@@ -77,6 +77,7 @@ void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const 
       {"peak memory per GPU", gib(e.peak_memory_bytes) + " (" + cli::fixed(100 * e.peak_memory_bytes / c.gpu.hbm_bytes(), 0) + " % of HBM)"},
       {"  weights / gradients / optimizer", gib(e.memory.weights) + " / " + gib(e.memory.gradients) + " / " + gib(e.memory.optimizer)},
       {"  activations / buffers / margin", gib(e.memory.activations) + " / " + gib(e.memory.buffers) + " / " + gib(e.memory.margin)},
+ {"bytes per GPU over NVLink / network", cli::fixed(e.tier_bytes_per_gpu.nvlink / 1e9, 2) + " / " + cli::fixed(e.tier_bytes_per_gpu.network / 1e9, 2) + " GB"},
       {"comm per GPU tp / pp / dp", cli::fixed(e.comm_bytes_per_gpu.tp / 1e9, 2) + " / " + cli::fixed(e.comm_bytes_per_gpu.pp / 1e9, 2) + " / " + cli::fixed(e.comm_bytes_per_gpu.dp / 1e9, 2) + " GB"}};
   std::cout << "model " << m.name << " on " << p.gpus() << " x " << c.gpu.name << " (" << c.name << "): TP "
             << p.tp << " PP " << p.pp << " DP " << p.dp << " ZeRO " << p.zero << ", micro-batch " << p.micro_batch
@@ -87,6 +88,18 @@ void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const 
             << "\n";
   if (!defaults.empty()) std::cout << "defaults chosen: " << defaults.dump() << "\n";
   std::cout << "engine: " << (engine == "event" ? "discrete-event simulation" : "analytical model") << "\n\n" << cli::render_table({"quantity", "value"}, rows);
+}
+
+void print_stages(const nlohmann::json& stages) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& s : stages)
+    rows.push_back({std::to_string(s["stage"].get<int>()), cli::fixed(s["busy_s"].get<double>(), 3),
+                    cli::fixed(s["bubble_s"].get<double>(), 3), cli::fixed(s["exposed_s"]["tp"].get<double>(), 3),
+                    cli::fixed(s["exposed_s"]["pp"].get<double>(), 3), cli::fixed(s["exposed_s"]["dp"].get<double>(), 3),
+                    std::to_string(s["peak_in_flight"].get<int64_t>()),
+                    cli::fixed(s["peak_memory_bytes"].get<double>() / kGiB, 2)});
+  std::cout << "\n" << cli::render_table({"stage", "busy_s", "bubble_s", "tp_s", "pp_exposed_s", "dp_exposed_s",
+                                          "in_flight", "peak_GiB"}, rows);
 }
 
 void write_pictures(const Options& o, const ModelSpec& m, const ClusterSpec& c, const Plan& plan,
@@ -149,11 +162,13 @@ int run(int argc, char** argv) {
               std::to_string(c.max_nodes * c.node.gpus));
 
   Estimate e;
+  nlohmann::json stages;
   if (o.engine == "analytical") {
     e = estimate_step(m, c, plan);
   } else {
     const Simulation sim = cli::value_or_fail(simulate_step(m, c, plan));
     e = sim.estimate;
+    stages = stage_reports_json(sim);
     write_pictures(o, m, c, plan, sim);
   }
   if (!e.fits_in_memory)
@@ -166,9 +181,11 @@ int run(int argc, char** argv) {
     j["cluster"] = c.name;
     j["defaults"] = defaults;
     j["engine"] = o.engine;
+    if (!stages.is_null()) j["stages"] = stages;
     std::cout << j.dump(2) << "\n";
   } else {
     print_table(m, c, plan, e, defaults, o.engine);
+    if (!stages.is_null()) print_stages(stages);
   }
   return 0;
 }
