@@ -23,34 +23,51 @@ LinkTier pp_link(const ClusterSpec& c, const Plan& p) {
 }
 }  // namespace
 
+namespace {
+
+struct GemmTimes {
+  double fwd_s = 0, dgrad_s = 0, wgrad_s = 0;  // the weight GEMMs
+  double core_s = 0, core_bwd_s = 0;            // the attention core
+};
+
+// Forward, input-gradient and weight-gradient GEMMs each have their own shape (and so their own
+// wave quantization); the attention core's two backward products are both input gradients.
+GemmTimes gemm_times(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
+  const Precision prec = plan.precision;
+  GemmTimes t;
+  const bool flash = plan.execution.attention == AttentionKernel::kFlash;
+  for (const Gemm& g : layer_gemms(m, plan.seq_len, plan.micro_batch, plan.tp)) {
+    const bool is_core = std::string_view(g.name) == "scores" || std::string_view(g.name) == "attn_v";
+    const double fwd = gemm_time_s(c.gpu, prec, g), dx = gemm_time_s(c.gpu, prec, input_gradient_gemm(g)),
+                 dw = gemm_time_s(c.gpu, prec, weight_gradient_gemm(g));
+    if (!is_core) {
+      t.fwd_s += fwd;
+      t.dgrad_s += dx;
+      t.wgrad_s += dw;
+    } else if (!flash) {
+      t.core_s += fwd;
+      t.core_bwd_s += dx + dw;
+    }
+  }
+  if (flash) {
+    // A fused causal kernel skips the masked half of the s x s square.
+    const double tokens = d(plan.seq_len) * d(plan.micro_batch);
+    const double core_flops = attention_core_flops_per_token(m, plan.seq_len) * tokens / d(plan.tp);
+    t.core_s = flash_attention_time_s(c.gpu, prec, 0.5 * core_flops);
+    t.core_bwd_s = 2 * t.core_s;
+  }
+  return t;
+}
+
+}  // namespace
+
 LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
   const GpuSpec& gpu = c.gpu;
   const Precision prec = plan.precision;
   const bool flash = plan.execution.attention == AttentionKernel::kFlash;
   const double tokens = d(plan.seq_len) * d(plan.micro_batch);
 
-  // Forward, input-gradient and weight-gradient GEMMs each have their own shape (and so their own
-  // wave quantization); the attention core's two backward products are both input gradients.
-  double fwd_gemm_s = 0, dgrad_gemm_s = 0, wgrad_gemm_s = 0, core_s = 0, core_bwd_s = 0;
-  for (const Gemm& g : layer_gemms(m, plan.seq_len, plan.micro_batch, plan.tp)) {
-    const bool is_core = std::string_view(g.name) == "scores" || std::string_view(g.name) == "attn_v";
-    const double fwd = gemm_time_s(gpu, prec, g), dx = gemm_time_s(gpu, prec, input_gradient_gemm(g)),
-                 dw = gemm_time_s(gpu, prec, weight_gradient_gemm(g));
-    if (!is_core) {
-      fwd_gemm_s += fwd;
-      dgrad_gemm_s += dx;
-      wgrad_gemm_s += dw;
-    } else if (!flash) {
-      core_s += fwd;
-      core_bwd_s += dx + dw;
-    }
-  }
-  if (flash) {
-    // A fused causal kernel skips the masked half of the s x s square.
-    const double core_flops = attention_core_flops_per_token(m, plan.seq_len) * tokens / d(plan.tp);
-    core_s = flash_attention_time_s(gpu, prec, 0.5 * core_flops);
-    core_bwd_s = 2 * core_s;
-  }
+  const GemmTimes gt = gemm_times(m, c, plan);
   auto elementwise_time = [&](AttentionKernel kernel) {
     const double bytes = layer_elementwise_bytes_per_token(m, plan.seq_len, plan.tp, plan.sequence_parallel, kernel);
     return memory_time_s(gpu, bytes * tokens * act_bytes(prec) / 2.0);
@@ -59,6 +76,7 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   // The softmax and dropout over materialized scores: what selective recompute re-runs besides
   // the two attention GEMMs.
   const double scores_s = flash ? 0.0 : elementwise_s - elementwise_time(AttentionKernel::kFlash);
+  const double core_s = gt.core_s;
 
   // Two all-reduces forward and two backward (with SP: all-gather + reduce-scatter pairs that
   // move the same bytes in the same time).
@@ -68,12 +86,12 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const double one_ar_bytes = collective_bytes_per_rank(Collective::kAllReduce, tp_msg, plan.tp);
 
   LayerTiming t;
-  t.forward_s = fwd_gemm_s + core_s + elementwise_s + 2 * one_ar_s;
+  t.forward_s = gt.fwd_s + core_s + elementwise_s + 2 * one_ar_s;
   // Elementwise backward kernels read the saved input and the incoming gradient and write one
   // gradient where the forward read one tensor and wrote one (norms, GELU/SwiGLU, softmax):
   // 3 passes for 2, so 1.5 x the forward's bytes (dropout's backward moves as many as its forward).
-  t.backward_input_s = dgrad_gemm_s + core_bwd_s + kBackwardElementwise * elementwise_s + 2 * one_ar_s;
-  t.backward_weight_s = wgrad_gemm_s;
+  t.backward_input_s = gt.dgrad_s + gt.core_bwd_s + kBackwardElementwise * elementwise_s + 2 * one_ar_s;
+  t.backward_weight_s = gt.wgrad_s;
   t.tp_comm_s = 4 * one_ar_s;
   t.tp_bytes = 4 * one_ar_bytes;
   t.tp_forward_s = t.tp_backward_input_s = 2 * one_ar_s;
@@ -248,6 +266,12 @@ Estimate estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& pla
 
   e.comm_bytes_per_gpu.tp = fm * layers * lt.tp_bytes;
   e.comm_bytes_per_gpu.pp = p > 1 ? 2 * fm * d(v) * p2p.bytes : 0;
+  e.memory = peak_memory(m, plan, c.gpu.reserved_gib * 1073741824.0);
+  finish_estimate(m, c, plan, e);
+  return e;
+}
+
+void finish_estimate(const ModelSpec& m, const ClusterSpec& c, const Plan& plan, Estimate& e) {
   e.tier_bytes_per_gpu = bytes_by_tier(c, plan, e.comm_bytes_per_gpu);
   e.model_flops = model_flops_per_step(m, plan.seq_len, plan.global_batch);
   e.hardware_flops = hardware_flops_per_step(m, plan.seq_len, plan.global_batch, plan.recompute);
@@ -256,12 +280,9 @@ Estimate estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& pla
   e.model_tflops_per_gpu = e.model_flops / e.step_time_s / gpus / 1e12;
   e.hardware_tflops_per_gpu = e.hardware_flops / e.step_time_s / gpus / 1e12;
   e.mfu = e.model_tflops_per_gpu * 1e12 / c.gpu.peak_flops(plan.precision);
-
-  e.memory = peak_memory(m, plan, c.gpu.reserved_gib * 1073741824.0);
   e.peak_memory_bytes = e.memory.total();
   e.fits_in_memory = e.peak_memory_bytes <= c.gpu.hbm_bytes();
   e.fits_in_host_memory = e.memory.host * d(c.node.gpus) <= c.host.memory_gib * 1073741824.0;
-  return e;
 }
 
 }  // namespace parallax

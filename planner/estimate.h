@@ -93,6 +93,10 @@ double optimizer_step_s(const ClusterSpec& c, const Plan& plan, double stage_par
 
 // Precondition: check_plan(plan, m, c.node.gpus) is ok.
 Estimate estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
+// Fills what follows from step_time_s, comm_bytes_per_gpu and memory: bytes by tier, model and
+// hardware FLOPs, tokens/s, TFLOP/s per GPU, MFU, peak memory and whether it fits.
+void finish_estimate(const ModelSpec& m, const ClusterSpec& c, const Plan& plan, Estimate& e);
+
 // The same with the per-layer and edge timings precomputed (they depend only on t, b, s, SP,
 // recompute, precision and the execution settings), for the search's inner loop.
 Estimate estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan,

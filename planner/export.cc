@@ -39,28 +39,15 @@ nlohmann::json evaluation_to_json(const ModelSpec& m, const Plan& plan, const Es
   return j;
 }
 
-Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
-  if (p.zero >= 2)
-    return Error{"--emit megatron: zero " + std::to_string(p.zero) +
-                 " has no Megatron-LM equivalent (zero 1 = --use-distributed-optimizer); use --emit deepspeed"};
-  if (p.schedule == Schedule::kGpipe || p.schedule == Schedule::kZbH1)
-    if (p.pp > 1)
-      return Error{std::string("--emit megatron: schedule ") + schedule_name(p.schedule) +
-                   " is not in Megatron-LM (it runs 1f1b or interleaved)"};
-  std::vector<std::string> a;
+namespace {
+
+// The model's shape as Megatron-LM arguments.
+void model_arguments(const ModelSpec& m, std::vector<std::string>& a) {
   auto arg = [&](const std::string& flag, auto value) {
     std::ostringstream s;
     s << flag << " " << value;
     a.push_back(s.str());
   };
-  arg("--tensor-model-parallel-size", p.tp);
-  arg("--pipeline-model-parallel-size", p.pp);
-  if (p.schedule == Schedule::kInterleaved)
-    arg("--num-layers-per-virtual-pipeline-stage", p.layers_per_chunk(m.layers));
-  if (p.sequence_parallel) a.push_back("--sequence-parallel");
-  arg("--micro-batch-size", p.micro_batch);
-  arg("--global-batch-size", p.global_batch);
-  arg("--seq-length", p.seq_len);
   arg("--max-position-embeddings", m.max_positions);
   arg("--num-layers", m.layers);
   arg("--hidden-size", m.hidden);
@@ -85,6 +72,33 @@ Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
     arg("--attention-dropout", "0.0");
     arg("--hidden-dropout", "0.0");
   }
+}
+
+}  // namespace
+
+Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
+  if (p.zero >= 2)
+    return Error{"--emit megatron: zero " + std::to_string(p.zero) +
+                 " has no Megatron-LM equivalent (zero 1 = --use-distributed-optimizer); use --emit deepspeed"};
+  if (p.schedule == Schedule::kGpipe || p.schedule == Schedule::kZbH1)
+    if (p.pp > 1)
+      return Error{std::string("--emit megatron: schedule ") + schedule_name(p.schedule) +
+                   " is not in Megatron-LM (it runs 1f1b or interleaved)"};
+  std::vector<std::string> a;
+  auto arg = [&](const std::string& flag, auto value) {
+    std::ostringstream s;
+    s << flag << " " << value;
+    a.push_back(s.str());
+  };
+  arg("--tensor-model-parallel-size", p.tp);
+  arg("--pipeline-model-parallel-size", p.pp);
+  if (p.schedule == Schedule::kInterleaved)
+    arg("--num-layers-per-virtual-pipeline-stage", p.layers_per_chunk(m.layers));
+  if (p.sequence_parallel) a.push_back("--sequence-parallel");
+  arg("--micro-batch-size", p.micro_batch);
+  arg("--global-batch-size", p.global_batch);
+  arg("--seq-length", p.seq_len);
+  model_arguments(m, a);
   if (p.precision == Precision::kBf16) a.push_back("--bf16");
   if (p.precision == Precision::kFp16) a.push_back("--fp16");
   if (p.zero == 1) a.push_back("--use-distributed-optimizer");

@@ -99,17 +99,7 @@ void summarise(const ModelSpec& m, const ClusterSpec& c, const Plan& p, Simulati
   e.overhead_s = p.execution.step_overhead_us * 1e-6;
   e.comm_bytes_per_gpu = comm_bytes(sim, p.pp);
   e.comm_bytes_per_gpu.tp = layer_passes * sim.step.layer.tp_bytes;
-  e.tier_bytes_per_gpu = bytes_by_tier(c, p, e.comm_bytes_per_gpu);
-  e.model_flops = model_flops_per_step(m, p.seq_len, p.global_batch);
-  e.hardware_flops = hardware_flops_per_step(m, p.seq_len, p.global_batch, p.recompute);
-  const double gpus = d(p.gpus());
-  e.tokens_per_s = d(p.global_batch) * d(p.seq_len) / e.step_time_s;
-  e.model_tflops_per_gpu = e.model_flops / e.step_time_s / gpus / 1e12;
-  e.hardware_tflops_per_gpu = e.hardware_flops / e.step_time_s / gpus / 1e12;
-  e.mfu = e.model_tflops_per_gpu * 1e12 / c.gpu.peak_flops(p.precision);
-  e.peak_memory_bytes = e.memory.total();
-  e.fits_in_memory = e.peak_memory_bytes <= c.gpu.hbm_bytes();
-  e.fits_in_host_memory = e.memory.host * d(c.node.gpus) <= c.host.memory_gib * 1073741824.0;
+  finish_estimate(m, c, p, e);
 }
 
 }  // namespace

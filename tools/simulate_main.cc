@@ -118,10 +118,7 @@ void write_pictures(const Options& o, const ModelSpec& m, const ClusterSpec& c, 
   }
 }
 
-int run(int argc, char** argv) {
-  cli::set_tool_name("simulate");
-  CLI::App app{"Predict one training step of one plan."};
-  Options o;
+void add_options(CLI::App& app, Options& o) {
   app.add_option("--model", o.model, "Hugging Face config.json, or a name in models/")->required();
   app.add_option("--cluster", o.cluster, "cluster JSON, or a name in clusters/")->capture_default_str();
   app.add_option("--plan", o.plan_file, "plan JSON (as planner --emit plan writes)");
@@ -145,6 +142,13 @@ int run(int argc, char** argv) {
   app.add_option("--format", o.format, "table|json")->capture_default_str();
   app.add_option("--engine", o.engine, "event (discrete-event simulator) | analytical (closed form)")
       ->capture_default_str();
+}
+
+int run(int argc, char** argv) {
+  cli::set_tool_name("simulate");
+  CLI::App app{"Predict one training step of one plan."};
+  Options o;
+  add_options(app, o);
   cli::parse(app, argc, argv);
   if (o.engine != "event" && o.engine != "analytical")
     cli::fail("--engine: unknown '" + o.engine + "' (expected event|analytical)");
