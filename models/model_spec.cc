@@ -55,6 +55,7 @@ void read_llama_family(JsonFields& f, ModelSpec& m) {
   m.tied_embeddings = f.optional_bool("tie_word_embeddings", false);
   m.qkv_bias = m.model_type == "qwen2" || f.optional_bool("attention_bias", false);
   m.dropout = any_dropout(f, {"attention_dropout", "hidden_dropout"});
+  m.rope_theta = f.optional_number("rope_theta").value_or(10000.0);
   if (m.model_type == "mixtral") {
     m.experts = f.required_int("num_local_experts");
     m.experts_per_token = f.required_int("num_experts_per_tok");

@@ -37,6 +37,7 @@ struct ModelSpec {
   int64_t experts = 1;            // Mixtral: num_local_experts
   int64_t experts_per_token = 1;  // Mixtral: num_experts_per_tok (top-k)
   bool dropout = false;           // any dropout > 0: 1-byte masks are stored (Korthikanti)
+  double rope_theta = 10000.0;    // rotary base (Hugging Face's default when absent)
 
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }

@@ -1,0 +1,113 @@
+#include "runtime/trainer.h"
+
+#include <cmath>
+
+namespace parallax {
+
+namespace {
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+RankCoords rank_coords(const Plan& plan, int world_rank) {
+  const int t = static_cast<int>(plan.tp), d = static_cast<int>(plan.dp);
+  return {world_rank % t, (world_rank / t) % d, world_rank / (t * d)};
+}
+
+Status check_runtime_support(const Plan& p) {
+  auto no = [](const std::string& what) { return Error{"the CPU runtime does not execute " + what + " yet"}; };
+  if (p.pp > 1) return no("pipeline parallelism (pp " + std::to_string(p.pp) + ")");
+  if (p.zero > 0) return no("ZeRO stage " + std::to_string(p.zero));
+  if (p.recompute != Recompute::kNone) return no(std::string("recompute ") + recompute_name(p.recompute));
+  if (p.sequence_parallel) return no("sequence parallelism");
+  if (p.offload) return no("offload");
+  if (p.precision != Precision::kFp32)
+    return Error{std::string("the CPU runtime trains in fp32; set \"precision\": \"fp32\" (plan has ") +
+                 precision_name(p.precision) + ")"};
+  return Status::Ok();
+}
+
+int synthetic_token(uint64_t data_seed, int64_t step, int64_t seq, int64_t pos, int64_t vocab) {
+  const uint64_t h = mix(mix(mix(data_seed) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(seq)) ^
+                     static_cast<uint64_t>(pos);
+  return static_cast<int>(mix(h) % static_cast<uint64_t>(vocab));
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan& plan, Communicator& world,
+                                                 const TrainOptions& options) {
+  if (Status s = check_runtime_support(plan); !s.ok()) return Error{s.error()};
+  if (world.size() != plan.gpus())
+    return Error{"world size " + std::to_string(world.size()) + " does not equal tp x pp x dp = " +
+                 std::to_string(plan.gpus())};
+  const RankCoords rc = rank_coords(plan, world.rank());
+  Result<Transformer> model = Transformer::create(m, static_cast<int>(plan.tp), rc.tp, options.seed);
+  if (!model.ok()) return Error{model.error()};
+  std::unique_ptr<Trainer> t(new Trainer(m, plan, options, std::move(model).value()));
+  t->coords_ = rc;
+  const int tp = static_cast<int>(plan.tp), dp = static_cast<int>(plan.dp);
+  t->tp_ = world.split(world.rank() / tp, rc.tp);
+  t->dp_ = world.split(rc.pp * tp + rc.tp, rc.dp);
+  t->pp_ = world.split(rc.dp * tp + rc.tp, rc.pp);
+  (void)dp;
+  for (Param* p : t->model_.params()) {
+    t->adam_m_.emplace_back(p->value.size(), 0.0f);
+    t->adam_v_.emplace_back(p->value.size(), 0.0f);
+  }
+  return t;
+}
+
+// Forward and backward of this DP rank's micro-batches; returns their summed token loss.
+double Trainer::run_micro_batches(int64_t step_index) {
+  const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len);
+  const int64_t per_rank = plan_.global_batch / plan_.dp;
+  const float weight = 1.0f / static_cast<float>(plan_.global_batch * plan_.seq_len);
+  std::vector<int> inputs(static_cast<size_t>(b) * s), targets(inputs.size());
+  double loss = 0;
+  for (int64_t mb = 0; mb < plan_.micro_batches(); ++mb) {
+    for (int i = 0; i < b; ++i) {
+      const int64_t seq = coords_.dp * per_rank + mb * b + i;
+      for (int pos = 0; pos < s; ++pos) {
+        inputs[static_cast<size_t>(i) * s + pos] = synthetic_token(options_.data_seed, step_index, seq, pos, m_.vocab);
+        targets[static_cast<size_t>(i) * s + pos] = synthetic_token(options_.data_seed, step_index, seq, pos + 1, m_.vocab);
+      }
+    }
+    loss += model_.forward_backward(inputs.data(), targets.data(), b, s, weight, *tp_);
+  }
+  return loss;
+}
+
+// Global gradient norm over all ranks (each TP-replicated parameter counted once); returns it
+// and scales nothing — the optimizer applies the clip factor.
+double Trainer::clip_gradients() {
+  float sumsq = 0;
+  for (Param* p : model_.params()) {
+    if (p->tp_replicated && coords_.tp != 0) continue;
+    for (float g : p->grad) sumsq += g * g;
+  }
+  tp_->all_reduce(&sumsq, 1, ReduceOp::kSum);
+  pp_->all_reduce(&sumsq, 1, ReduceOp::kSum);
+  return std::sqrt(static_cast<double>(sumsq));
+}
+
+StepStats Trainer::step(int64_t step_index) {
+  std::vector<Param*> params = model_.params();
+  for (Param* p : params) std::fill(p->grad.begin(), p->grad.end(), 0.0f);
+  float loss = static_cast<float>(run_micro_batches(step_index));
+  dp_->all_reduce(&loss, 1, ReduceOp::kSum);
+  for (Param* p : params) dp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
+  StepStats stats;
+  stats.loss = loss / static_cast<double>(plan_.global_batch * plan_.seq_len);
+  stats.grad_norm = clip_gradients();
+  const float scale = stats.grad_norm > options_.clip_norm ? static_cast<float>(options_.clip_norm / (stats.grad_norm + 1e-6)) : 1.0f;
+  ++updates_;
+  for (size_t i = 0; i < params.size(); ++i)
+    kernels::adamw_update(params[i]->value.data(), params[i]->grad.data(), adam_m_[i].data(), adam_v_[i].data(),
+                          static_cast<long>(params[i]->value.size()), options_.adam, static_cast<int>(updates_), scale);
+  return stats;
+}
+
+}  // namespace parallax

@@ -1,0 +1,146 @@
+#include "runtime/transformer.h"
+
+#include <cmath>
+
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "runtime/init.h"
+#include "runtime/transformer_cache.h"
+
+namespace parallax {
+
+namespace {
+
+constexpr int64_t kVocabMultiple = 128;
+constexpr float kInitStd = 0.02f;
+
+void make(Param& p, const std::string& name, int64_t size, bool replicated, float fill = 0.0f) {
+  p.name = name;
+  p.value.assign(size, fill);
+  p.grad.assign(size, 0.0f);
+  p.tp_replicated = replicated;
+}
+
+}  // namespace
+
+Result<Transformer> Transformer::create(const ModelSpec& m, int tp, int tp_rank, uint64_t seed) {
+  Transformer t;
+  t.m_ = m;
+  t.tp_ = tp;
+  t.tp_rank_ = tp_rank;
+  t.vocab_padded_ = (m.vocab + kVocabMultiple - 1) / kVocabMultiple * kVocabMultiple;
+  if (m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp || t.vocab_padded_ % tp)
+    return Error{"tp " + std::to_string(tp) + " must divide the heads, KV heads, FFN size and padded vocabulary " +
+                 std::to_string(t.vocab_padded_)};
+  t.vocab_local_ = t.vocab_padded_ / tp;
+  t.q_local_ = m.q_dim() / tp;
+  t.kv_local_ = m.kv_dim() / tp;
+  t.ffn_local_ = m.ffn_hidden / tp;
+  t.fc1_local_ = (m.mlp == Mlp::kSwiGlu ? 2 : 1) * t.ffn_local_;
+  t.rope_base_ = static_cast<float>(m.rope_theta);
+  const int64_t h = m.hidden;
+  make(t.wte_, "wte", t.vocab_local_ * h, false);
+  fill_normal(t.wte_.value.data(), t.vocab_local_, h, tp_rank * t.vocab_local_, 0, h, seed, 1, kInitStd);
+  if (m.positions == Positions::kLearned) {
+    make(t.wpe_, "wpe", m.max_positions * h, true);
+    fill_normal(t.wpe_.value.data(), m.max_positions, h, 0, 0, h, seed, 2, kInitStd / 2);
+  }
+  make(t.lnf_w_, "lnf.w", h, true, 1.0f);
+  if (m.norm == Norm::kLayerNorm) make(t.lnf_b_, "lnf.b", h, true);
+  if (!m.tied_embeddings) {
+    make(t.head_, "head", t.vocab_local_ * h, false);
+    fill_normal(t.head_.value.data(), t.vocab_local_, h, tp_rank * t.vocab_local_, 0, h, seed, 3, kInitStd);
+  }
+  t.layers_.resize(m.layers);
+  for (int64_t l = 0; l < m.layers; ++l) t.init_layer(t.layers_[l], l, seed);
+  return t;
+}
+
+void Transformer::init_layer(Layer& L, int64_t index, uint64_t seed) {
+  const int64_t h = m_.hidden, q = m_.q_dim(), kv = m_.kv_dim(), f = m_.ffn_hidden;
+  const std::string n = "layer" + std::to_string(index) + ".";
+  const uint64_t id = 100 + 16 * static_cast<uint64_t>(index);
+  const bool ln = m_.norm == Norm::kLayerNorm;
+  const float out_std = kInitStd / std::sqrt(2.0f * static_cast<float>(m_.layers));  // GPT-2's residual scaling
+  make(L.ln1_w, n + "ln1.w", h, true, 1.0f);
+  make(L.ln2_w, n + "ln2.w", h, true, 1.0f);
+  if (ln) make(L.ln1_b, n + "ln1.b", h, true), make(L.ln2_b, n + "ln2.b", h, true);
+  // QKV: this rank's rows of the Q, K and V blocks of the full [q + 2 kv, h] weight.
+  make(L.qkv_w, n + "qkv.w", (q_local_ + 2 * kv_local_) * h, false);
+  float* w = L.qkv_w.value.data();
+  fill_normal(w, q_local_, h, tp_rank_ * q_local_, 0, h, seed, id, kInitStd);
+  fill_normal(w + q_local_ * h, kv_local_, h, q + tp_rank_ * kv_local_, 0, h, seed, id, kInitStd);
+  fill_normal(w + (q_local_ + kv_local_) * h, kv_local_, h, q + kv + tp_rank_ * kv_local_, 0, h, seed, id, kInitStd);
+  if (m_.linear_bias || m_.qkv_bias) make(L.qkv_b, n + "qkv.b", q_local_ + 2 * kv_local_, false);
+  // Attention output: this rank's columns of the full [h, q] weight.
+  make(L.proj_w, n + "proj.w", h * q_local_, false);
+  fill_normal(L.proj_w.value.data(), h, q_local_, 0, tp_rank_ * q_local_, q, seed, id + 1, out_std);
+  if (m_.linear_bias) make(L.proj_b, n + "proj.b", h, true);
+  // FC1: this rank's rows (for SwiGLU, of the gate block and of the up block).
+  make(L.fc1_w, n + "fc1.w", fc1_local_ * h, false);
+  fill_normal(L.fc1_w.value.data(), ffn_local_, h, tp_rank_ * ffn_local_, 0, h, seed, id + 2, kInitStd);
+  if (m_.mlp == Mlp::kSwiGlu)
+    fill_normal(L.fc1_w.value.data() + ffn_local_ * h, ffn_local_, h, f + tp_rank_ * ffn_local_, 0, h, seed, id + 2, kInitStd);
+  if (m_.linear_bias) make(L.fc1_b, n + "fc1.b", fc1_local_, false);
+  make(L.fc2_w, n + "fc2.w", h * ffn_local_, false);
+  fill_normal(L.fc2_w.value.data(), h, ffn_local_, 0, tp_rank_ * ffn_local_, f, seed, id + 3, out_std);
+  if (m_.linear_bias) make(L.fc2_b, n + "fc2.b", h, true);
+}
+
+std::vector<Param*> Transformer::params() {
+  std::vector<Param*> out;
+  for (Param* p : {&wte_, &wpe_, &lnf_w_, &lnf_b_, &head_})
+    if (!p->empty()) out.push_back(p);
+  for (Layer& L : layers_)
+    for (Param* p : {&L.ln1_w, &L.ln1_b, &L.qkv_w, &L.qkv_b, &L.proj_w, &L.proj_b, &L.ln2_w, &L.ln2_b, &L.fc1_w,
+                     &L.fc1_b, &L.fc2_w, &L.fc2_b})
+      if (!p->empty()) out.push_back(p);
+  return out;
+}
+
+double Transformer::forward_backward(const int* inputs, const int* targets, int b, int s, float loss_weight,
+                                     Communicator& tp) {
+  const int n = b * s;
+  const int64_t h = m_.hidden;
+  const int vocab_start = static_cast<int>(tp_rank_ * vocab_local_);
+  Buffer x(n * h);
+  kernels::embedding_forward(x.data(), inputs, wte_.value.data(), wpe_.empty() ? nullptr : wpe_.value.data(), n, s,
+                             static_cast<int>(h), vocab_start, static_cast<int>(vocab_local_), tp_rank_ == 0);
+  tp.all_reduce(x.data(), n * h, ReduceOp::kSum);
+  std::vector<Cache> caches(layers_.size());
+  for (size_t l = 0; l < layers_.size(); ++l) layer_forward(layers_[l], caches[l], x.data(), b, s, tp);
+  Buffer dx(n * h, 0.0f);
+  const double loss = head_forward_backward(x.data(), dx.data(), targets, n, loss_weight, tp);
+  for (size_t l = layers_.size(); l-- > 0;) layer_backward(layers_[l], caches[l], dx.data(), b, s, tp);
+  kernels::embedding_backward(wte_.grad.data(), wpe_.empty() ? nullptr : wpe_.grad.data(), dx.data(), inputs, n, s,
+                              static_cast<int>(h), vocab_start, static_cast<int>(vocab_local_));
+  return loss;
+}
+
+// Final norm, output layer and vocab-parallel cross-entropy, forward and backward.
+double Transformer::head_forward_backward(const float* x, float* dx, const int* targets, int n, float loss_weight,
+                                          Communicator& tp) {
+  const int h = static_cast<int>(m_.hidden), v = static_cast<int>(vocab_local_);
+  const int vocab_start = static_cast<int>(tp_rank_ * vocab_local_);
+  Param& head = m_.tied_embeddings ? wte_ : head_;
+  Buffer xf(n * h), sa(n), sb(n), logits(static_cast<size_t>(n) * v), stats(2 * n), mx(n), loss(n), dloss(n, loss_weight);
+  norm_forward(lnf_w_, lnf_b_, xf.data(), sa.data(), sb.data(), x, n);
+  kernels::matmul_forward(logits.data(), xf.data(), head.value.data(), nullptr, n, h, v);
+  kernels::row_max(mx.data(), logits.data(), n, v);
+  tp.all_reduce(mx.data(), n, ReduceOp::kMax);
+  kernels::row_sum_exp_and_target(stats.data(), stats.data() + n, logits.data(), mx.data(), targets, n, v, vocab_start);
+  tp.all_reduce(stats.data(), 2 * n, ReduceOp::kSum);
+  kernels::cross_entropy_loss(loss.data(), mx.data(), stats.data(), stats.data() + n, n);
+  double total = 0;
+  for (float l : loss) total += l;
+  kernels::cross_entropy_backward(logits.data(), logits.data(), mx.data(), stats.data(), targets, dloss.data(), n, v,
+                                  vocab_start);
+  Buffer dxf(n * h, 0.0f);
+  kernels::matmul_backward(dxf.data(), head.grad.data(), nullptr, logits.data(), xf.data(), head.value.data(), n, h, v);
+  tp.all_reduce(dxf.data(), static_cast<int64_t>(n) * h, ReduceOp::kSum);
+  norm_backward(lnf_w_, lnf_b_, dx, dxf.data(), x, sa.data(), sb.data(), n);
+  return total;
+}
+
+}  // namespace parallax

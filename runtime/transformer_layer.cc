@@ -1,0 +1,123 @@
+// One transformer layer's forward and backward on this rank's TP shard.
+#include <algorithm>
+
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+#include "runtime/transformer_cache.h"
+
+namespace parallax {
+
+namespace {
+
+void add(float* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+void add_bias(float* x, const Param& bias, int64_t rows, int64_t cols) {
+  if (bias.empty()) return;
+  for (int64_t r = 0; r < rows; ++r) add(x + r * cols, bias.value.data(), cols);
+}
+const float* or_null(const Param& p) { return p.empty() ? nullptr : p.value.data(); }
+float* grad_or_null(Param& p) { return p.empty() ? nullptr : p.grad.data(); }
+
+// Copies columns [col, col + width) of each row of a rows x stride array into dst (rows x width),
+// or back when `scatter`.
+void columns(float* dst, float* src, int64_t rows, int64_t stride, int64_t col, int64_t width, bool scatter) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* a = src + r * stride + col;
+    float* b = dst + r * width;
+    if (scatter) std::copy(b, b + width, a);
+    else std::copy(a, a + width, b);
+  }
+}
+
+}  // namespace
+
+void Transformer::norm_forward(const Param& w, const Param& b, float* out, float* stat_a, float* stat_b,
+                               const float* in, int n) const {
+  const int h = static_cast<int>(m_.hidden);
+  if (m_.norm == Norm::kLayerNorm) kernels::layernorm_forward(out, stat_a, stat_b, in, w.value.data(), or_null(b), n, h);
+  else kernels::rmsnorm_forward(out, stat_a, in, w.value.data(), n, h);
+}
+
+void Transformer::norm_backward(Param& w, Param& b, float* din, const float* dout, const float* in, const float* stat_a,
+                                const float* stat_b, int n) const {
+  const int h = static_cast<int>(m_.hidden);
+  if (m_.norm == Norm::kLayerNorm)
+    kernels::layernorm_backward(din, w.grad.data(), grad_or_null(b), dout, in, w.value.data(), stat_a, stat_b, n, h);
+  else kernels::rmsnorm_backward(din, w.grad.data(), dout, in, w.value.data(), stat_a, n, h);
+}
+
+void Transformer::layer_forward(Layer& L, Cache& c, float* x, int b, int s, Communicator& tp) const {
+  const int n = b * s, h = static_cast<int>(m_.hidden), hd = static_cast<int>(m_.head_dim);
+  const int ql = static_cast<int>(q_local_), kvl = static_cast<int>(kv_local_), width = ql + 2 * kvl;
+  const int heads = static_cast<int>(m_.heads / tp_), kv_heads = static_cast<int>(m_.kv_heads / tp_);
+  c.x.assign(x, x + static_cast<int64_t>(n) * h);
+  c.n1a.resize(n), c.n1b.resize(n), c.a.resize(c.x.size());
+  norm_forward(L.ln1_w, L.ln1_b, c.a.data(), c.n1a.data(), c.n1b.data(), x, n);
+  Buffer qkv(static_cast<int64_t>(n) * width);
+  kernels::matmul_forward(qkv.data(), c.a.data(), L.qkv_w.value.data(), or_null(L.qkv_b), n, h, width);
+  c.q.resize(static_cast<int64_t>(n) * ql), c.k.resize(static_cast<int64_t>(n) * kvl), c.v.resize(c.k.size());
+  columns(c.q.data(), qkv.data(), n, width, 0, ql, false);
+  columns(c.k.data(), qkv.data(), n, width, ql, kvl, false);
+  columns(c.v.data(), qkv.data(), n, width, ql + kvl, kvl, false);
+  if (m_.positions == Positions::kRotary) {
+    kernels::rope_forward(c.q.data(), b, s, heads, hd, rope_base_);
+    kernels::rope_forward(c.k.data(), b, s, kv_heads, hd, rope_base_);
+  }
+  c.probs.resize(static_cast<int64_t>(b) * heads * s * s), c.o.resize(c.q.size());
+  kernels::attention_forward(c.o.data(), c.probs.data(), c.q.data(), c.k.data(), c.v.data(), {b, s, heads, kv_heads, hd});
+  Buffer y(c.x.size());
+  kernels::matmul_forward(y.data(), c.o.data(), L.proj_w.value.data(), nullptr, n, ql, h);
+  tp.all_reduce(y.data(), static_cast<int64_t>(y.size()), ReduceOp::kSum);
+  add_bias(y.data(), L.proj_b, n, h);
+  add(x, y.data(), static_cast<int64_t>(y.size()));
+  c.x1.assign(x, x + c.x.size());
+  c.n2a.resize(n), c.n2b.resize(n), c.a2.resize(c.x.size());
+  norm_forward(L.ln2_w, L.ln2_b, c.a2.data(), c.n2a.data(), c.n2b.data(), x, n);
+  c.u.resize(static_cast<int64_t>(n) * fc1_local_), c.g.resize(static_cast<int64_t>(n) * ffn_local_);
+  kernels::matmul_forward(c.u.data(), c.a2.data(), L.fc1_w.value.data(), or_null(L.fc1_b), n, h, static_cast<int>(fc1_local_));
+  if (m_.mlp == Mlp::kSwiGlu) kernels::swiglu_forward(c.g.data(), c.u.data(), n, static_cast<int>(ffn_local_));
+  else kernels::gelu_forward(c.g.data(), c.u.data(), static_cast<long>(c.u.size()));
+  kernels::matmul_forward(y.data(), c.g.data(), L.fc2_w.value.data(), nullptr, n, static_cast<int>(ffn_local_), h);
+  tp.all_reduce(y.data(), static_cast<int64_t>(y.size()), ReduceOp::kSum);
+  add_bias(y.data(), L.fc2_b, n, h);
+  add(x, y.data(), static_cast<int64_t>(y.size()));
+}
+
+void Transformer::layer_backward(Layer& L, Cache& c, float* dx, int b, int s, Communicator& tp) const {
+  const int n = b * s, h = static_cast<int>(m_.hidden), hd = static_cast<int>(m_.head_dim);
+  const int ql = static_cast<int>(q_local_), kvl = static_cast<int>(kv_local_), width = ql + 2 * kvl;
+  const int heads = static_cast<int>(m_.heads / tp_), kv_heads = static_cast<int>(m_.kv_heads / tp_);
+  const int fl = static_cast<int>(ffn_local_), f1 = static_cast<int>(fc1_local_);
+  const int64_t nh = static_cast<int64_t>(n) * h;
+  // MLP: dx is the gradient of the layer output = of the FC2 output and of the residual.
+  Buffer dg(static_cast<int64_t>(n) * fl, 0.0f), du(static_cast<int64_t>(n) * f1, 0.0f), da(nh, 0.0f);
+  kernels::matmul_backward(dg.data(), L.fc2_w.grad.data(), grad_or_null(L.fc2_b), dx, c.g.data(), L.fc2_w.value.data(), n, fl, h);
+  if (m_.mlp == Mlp::kSwiGlu) kernels::swiglu_backward(du.data(), c.u.data(), dg.data(), n, fl);
+  else kernels::gelu_backward(du.data(), c.u.data(), dg.data(), static_cast<long>(du.size()));
+  kernels::matmul_backward(da.data(), L.fc1_w.grad.data(), grad_or_null(L.fc1_b), du.data(), c.a2.data(), L.fc1_w.value.data(), n, h, f1);
+  tp.all_reduce(da.data(), nh, ReduceOp::kSum);  // column-parallel: partial input gradients
+  norm_backward(L.ln2_w, L.ln2_b, dx, da.data(), c.x1.data(), c.n2a.data(), c.n2b.data(), n);
+  // Attention: dx is now the gradient of x1 = of the projection output and of the residual.
+  Buffer d_o(c.o.size(), 0.0f), dq(c.q.size(), 0.0f), dk(c.k.size(), 0.0f), dv(c.v.size(), 0.0f);
+  kernels::matmul_backward(d_o.data(), L.proj_w.grad.data(), grad_or_null(L.proj_b), dx, c.o.data(), L.proj_w.value.data(), n, ql, h);
+  kernels::attention_backward(dq.data(), dk.data(), dv.data(), d_o.data(), c.q.data(), c.k.data(), c.v.data(), c.probs.data(),
+                              {b, s, heads, kv_heads, hd});
+  if (m_.positions == Positions::kRotary) {
+    kernels::rope_backward(dq.data(), b, s, heads, hd, rope_base_);
+    kernels::rope_backward(dk.data(), b, s, kv_heads, hd, rope_base_);
+  }
+  Buffer dqkv(static_cast<int64_t>(n) * width);
+  columns(dq.data(), dqkv.data(), n, width, 0, ql, true);
+  columns(dk.data(), dqkv.data(), n, width, ql, kvl, true);
+  columns(dv.data(), dqkv.data(), n, width, ql + kvl, kvl, true);
+  std::fill(da.begin(), da.end(), 0.0f);
+  kernels::matmul_backward(da.data(), L.qkv_w.grad.data(), grad_or_null(L.qkv_b), dqkv.data(), c.a.data(), L.qkv_w.value.data(), n, h, width);
+  tp.all_reduce(da.data(), nh, ReduceOp::kSum);
+  norm_backward(L.ln1_w, L.ln1_b, dx, da.data(), c.x.data(), c.n1a.data(), c.n1b.data(), n);
+}
+
+}  // namespace parallax

@@ -1,0 +1,113 @@
+// The single-rank model against independent checks: loss ln(V) at initialization and gradients
+// against central finite differences of the loss.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "runtime/trainer.h"
+#include "runtime/transformer.h"
+
+namespace parallax {
+namespace {
+
+ModelSpec tiny(const std::string& name) {
+  return load_model(std::string(PARALLAX_SOURCE_DIR) + "/tests/data/" + name + ".json").value();
+}
+
+struct Batch {
+  std::vector<int> inputs, targets;
+};
+Batch batch(const ModelSpec& m, int b, int s) {
+  Batch out;
+  for (int i = 0; i < b; ++i)
+    for (int p = 0; p < s; ++p) {
+      out.inputs.push_back(synthetic_token(7, 0, i, p, m.vocab));
+      out.targets.push_back(synthetic_token(7, 0, i, p + 1, m.vocab));
+    }
+  return out;
+}
+
+// Small initial weights make every logit about 0: the mean loss starts at ln(padded vocab 128).
+TEST(Transformer, InitialLossIsLogVocab) {
+  for (const char* name : {"tiny-gpt", "tiny-llama"}) {
+    const ModelSpec m = tiny(name);
+    Transformer t = Transformer::create(m, 1, 0, 1234).value();
+    auto self = make_self_communicator();
+    const Batch x = batch(m, 2, 8);
+    const double loss = t.forward_backward(x.inputs.data(), x.targets.data(), 2, 8, 1.0f / 16, *self) / 16;
+    EXPECT_NEAR(loss, std::log(128.0), 0.05) << name;
+  }
+}
+
+// d(mean loss)/d(theta) for a spread of parameter entries of every tensor: central differences
+// at h and h/2 (h = 0.02) combined by Richardson extrapolation, (4 D(h/2) - D(h)) / 3, which
+// cancels the h^2 error that directions such as residual biases are curved enough to show.
+TEST(Transformer, GradientsMatchFiniteDifferences) {
+  for (const char* name : {"tiny-gpt", "tiny-llama"}) {
+    const ModelSpec m = tiny(name);
+    Transformer t = Transformer::create(m, 1, 0, 99).value();
+    auto self = make_self_communicator();
+    const int b = 2, s = 6, n = b * s;
+    const Batch x = batch(m, b, s);
+    auto loss = [&] {
+      return t.forward_backward(x.inputs.data(), x.targets.data(), b, s, 1.0f / n, *self) / n;
+    };
+    for (Param* p : t.params()) std::fill(p->grad.begin(), p->grad.end(), 0.0f);
+    (void)loss();
+    std::vector<std::vector<float>> grads;
+    for (Param* p : t.params()) grads.emplace_back(p->grad.begin(), p->grad.end());
+    const float h = 2e-2f;
+    size_t checked = 0;
+    std::vector<Param*> params = t.params();
+    for (size_t k = 0; k < params.size(); ++k) {
+      Param* p = params[k];
+      const size_t stride = std::max<size_t>(1, p->value.size() / 5);
+      for (size_t i = 0; i < p->value.size(); i += stride) {
+        const float saved = p->value[i];
+        auto central = [&](float step) {
+          p->value[i] = saved + step;
+          const double up = loss();
+          p->value[i] = saved - step;
+          const double down = loss();
+          p->value[i] = saved;
+          return (up - down) / (2 * step);
+        };
+        const double numeric = (4 * central(h / 2) - central(h)) / 3;
+        EXPECT_NEAR(grads[k][i], numeric, 2e-3 * std::abs(numeric) + 2e-4) << name << " " << p->name << "[" << i << "]";
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, 50u);
+  }
+}
+
+TEST(Transformer, TpMustDivideTheModel) {
+  Result<Transformer> t = Transformer::create(tiny("tiny-llama"), 4, 0, 1);  // 2 KV heads
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().find("tp 4 must divide"), std::string::npos);
+}
+
+TEST(Trainer, RankCoordinatesFollowTheRankOrder) {
+  Plan p;
+  p.tp = 2;
+  p.dp = 3;
+  p.pp = 2;
+  // rank = pp * (dp * tp) + dp * tp + tp
+  const RankCoords c = rank_coords(p, 9);  // 9 = 1 * 6 + 1 * 2 + 1
+  EXPECT_EQ(c.tp, 1);
+  EXPECT_EQ(c.dp, 1);
+  EXPECT_EQ(c.pp, 1);
+}
+
+TEST(Trainer, RefusesWhatItCannotRunYet) {
+  Plan p;
+  p.pp = 2;
+  EXPECT_EQ(check_runtime_support(p).error(), "the CPU runtime does not execute pipeline parallelism (pp 2) yet");
+  p.pp = 1;
+  EXPECT_NE(check_runtime_support(p).error().find("trains in fp32"), std::string::npos);
+  p.precision = Precision::kFp32;
+  EXPECT_TRUE(check_runtime_support(p).ok());
+}
+
+}  // namespace
+}  // namespace parallax

@@ -1,0 +1,111 @@
+// train: executes a plan on CPU ranks started by mpirun (or srun).
+//   mpirun -np N build/bin/train --plan plan.json --model M [--steps K] [--seed S] [--format json|table]
+// Rank 0 prints the losses per step, the median step time after a warm-up step, tokens/s, the
+// peak memory over ranks from the runtime's allocator and the bytes each group kind sent.
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+
+#include "runtime/buffer.h"
+#include "runtime/mpi_communicator.h"
+#include "runtime/trainer.h"
+#include "tools/cli.h"
+
+namespace parallax {
+namespace {
+
+struct Options {
+  std::string plan_file, model, format = "table";
+  int64_t steps = 5;
+  uint64_t seed = 1234;
+  double lr = 1e-3;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Errors every rank sees alike (bad flags, plan, model) end every rank with exit 2; rank 0 says why.
+[[noreturn]] void fail_all(const Communicator& world, const std::string& message) {
+  if (world.rank() != 0) {
+    finalize_mpi();
+    std::exit(2);
+  }
+  finalize_mpi();
+  cli::fail(message);
+}
+
+void report(const Options& o, const Plan& plan, Trainer& trainer, Communicator& world,
+            const std::vector<double>& losses, const std::vector<double>& times) {
+  float peak_kib = static_cast<float>(MemoryTracker::peak_bytes() / 1024);
+  float bytes[3] = {static_cast<float>(trainer.tp_bytes()), static_cast<float>(trainer.pp_bytes()),
+                    static_cast<float>(trainer.dp_bytes())};
+  world.all_reduce(&peak_kib, 1, ReduceOp::kMax);
+  world.all_reduce(bytes, 3, ReduceOp::kMax);
+  if (world.rank() != 0) return;
+  const double step_s = median(std::vector<double>(times.begin() + (times.size() > 1 ? 1 : 0), times.end()));
+  nlohmann::json j = {{"losses", losses},
+                      {"step_time_s", step_s},
+                      {"tokens_per_s", static_cast<double>(plan.global_batch * plan.seq_len) / step_s},
+                      {"peak_memory_bytes", static_cast<int64_t>(peak_kib) * 1024},
+                      {"comm_bytes", {{"tp", bytes[0]}, {"pp", bytes[1]}, {"dp", bytes[2]}}},
+                      {"ranks", plan.gpus()}};
+  if (o.format == "json") {
+    std::cout << j.dump() << "\n";
+    return;
+  }
+  for (size_t i = 0; i < losses.size(); ++i) std::cout << "step " << i + 1 << "  loss " << cli::fixed(losses[i], 6) << "\n";
+  std::cout << "median step " << cli::fixed(step_s, 4) << " s, " << cli::fixed(j["tokens_per_s"].get<double>(), 0)
+            << " tokens/s, peak memory " << cli::fixed(peak_kib / 1024.0, 1) << " MiB per rank\n";
+}
+
+int run(int argc, char** argv) {
+  cli::set_tool_name("train");
+  std::unique_ptr<Communicator> world = make_mpi_world(&argc, &argv);
+  CLI::App app{"Train a model with a plan on CPU ranks (mpirun -np N train ...)."};
+  Options o;
+  app.add_option("--plan", o.plan_file, "plan JSON")->required();
+  app.add_option("--model", o.model, "Hugging Face config.json, or a name in models/")->required();
+  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
+  app.add_option("--seed", o.seed, "parameter initialization seed")->capture_default_str();
+  app.add_option("--lr", o.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--format", o.format, "table|json")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    if (world->rank() == 0) app.exit(e);
+    finalize_mpi();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    fail_all(*world, std::string(e.what()) + " (see --help)");
+  }
+  if (o.format != "table" && o.format != "json") fail_all(*world, "--format: unknown '" + o.format + "' (expected table|json)");
+  if (o.steps < 1) fail_all(*world, "--steps must be >= 1");
+  Result<ModelSpec> m = load_model(o.model);
+  if (!m.ok()) fail_all(*world, m.error());
+  Result<Plan> plan = load_plan(o.plan_file);
+  if (!plan.ok()) fail_all(*world, plan.error());
+  if (Status s = check_plan(*plan, *m, static_cast<int64_t>(1) << 20); !s.ok()) fail_all(*world, s.error());
+  TrainOptions options;
+  options.seed = o.seed;
+  options.adam.lr = static_cast<float>(o.lr);
+  Result<std::unique_ptr<Trainer>> trainer = Trainer::create(*m, *plan, *world, options);
+  if (!trainer.ok()) fail_all(*world, trainer.error());
+  std::vector<double> losses, times;
+  for (int64_t step = 0; step < o.steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    losses.push_back((*trainer)->step(step).loss);
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  report(o, *plan, **trainer, *world, losses, times);
+  trainer = Error{"done"};  // release communicators before MPI_Finalize
+  world.reset();
+  finalize_mpi();
+  return 0;
+}
+
+}  // namespace
+}  // namespace parallax
+
+int main(int argc, char** argv) { return parallax::run(argc, argv); }
