@@ -24,8 +24,12 @@ class Communicator {
   // Each rank contributes `count` values; `out` receives size() * count in rank order.
   virtual void all_gather(float* out, const float* in, int64_t count) = 0;
   virtual void broadcast(float* data, int64_t count, int root) = 0;
-  virtual void send(const float* data, int64_t count, int peer) = 0;
-  virtual void recv(float* data, int64_t count, int peer) = 0;
+  virtual void send(const float* data, int64_t count, int peer, int tag = 0) = 0;
+  virtual void recv(float* data, int64_t count, int peer, int tag = 0) = 0;
+  // Sends a copy of `data` without waiting for the receiver (pipeline transfers, so that two
+  // stages sending to each other never deadlock); wait_sends() completes all of them.
+  virtual void send_async(const float* data, int64_t count, int peer, int tag) = 0;
+  virtual void wait_sends() = 0;
   virtual void barrier() = 0;
   // Ranks with the same color form a new communicator, ordered by key.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <deque>
 #include <vector>
 
 namespace parallax {
@@ -37,12 +38,23 @@ class MpiCommunicator final : public Communicator {
     MPI_Bcast(data, static_cast<int>(count), MPI_FLOAT, root, comm_);
     if (rank_ == root) count_bytes(static_cast<double>(count) * sizeof(float));
   }
-  void send(const float* data, int64_t count, int peer) override {
-    MPI_Send(data, static_cast<int>(count), MPI_FLOAT, peer, 0, comm_);
+  void send(const float* data, int64_t count, int peer, int tag) override {
+    MPI_Send(data, static_cast<int>(count), MPI_FLOAT, peer, tag, comm_);
     count_bytes(static_cast<double>(count) * sizeof(float));
   }
-  void recv(float* data, int64_t count, int peer) override {
-    MPI_Recv(data, static_cast<int>(count), MPI_FLOAT, peer, 0, comm_, MPI_STATUS_IGNORE);
+  void recv(float* data, int64_t count, int peer, int tag) override {
+    MPI_Recv(data, static_cast<int>(count), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE);
+  }
+  void send_async(const float* data, int64_t count, int peer, int tag) override {
+    pending_.emplace_back(data, data + count);
+    requests_.emplace_back();
+    MPI_Isend(pending_.back().data(), static_cast<int>(count), MPI_FLOAT, peer, tag, comm_, &requests_.back());
+    count_bytes(static_cast<double>(count) * sizeof(float));
+  }
+  void wait_sends() override {
+    if (!requests_.empty()) MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+    requests_.clear();
+    pending_.clear();
   }
   void barrier() override { MPI_Barrier(comm_); }
   std::unique_ptr<Communicator> split(int color, int key) override {
@@ -54,6 +66,8 @@ class MpiCommunicator final : public Communicator {
  private:
   MPI_Comm comm_;
   bool owned_;
+  std::deque<std::vector<float>> pending_;  // copies in flight (a deque keeps them in place)
+  std::vector<MPI_Request> requests_;
   int rank_ = 0, size_ = 1;
 };
 

@@ -15,8 +15,12 @@ class SelfCommunicator final : public Communicator {
   void reduce_scatter(float* out, const float* in, int64_t count) override { std::copy(in, in + count, out); }
   void all_gather(float* out, const float* in, int64_t count) override { std::copy(in, in + count, out); }
   void broadcast(float*, int64_t, int) override {}
-  void send(const float*, int64_t, int) override { throw std::logic_error("send on a single-rank communicator"); }
-  void recv(float*, int64_t, int) override { throw std::logic_error("recv on a single-rank communicator"); }
+  void send(const float*, int64_t, int, int) override { throw std::logic_error("send on a single-rank communicator"); }
+  void recv(float*, int64_t, int, int) override { throw std::logic_error("recv on a single-rank communicator"); }
+  void send_async(const float*, int64_t, int, int) override {
+    throw std::logic_error("send on a single-rank communicator");
+  }
+  void wait_sends() override {}
   void barrier() override {}
   std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<SelfCommunicator>(); }
 };

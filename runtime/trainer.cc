@@ -1,6 +1,9 @@
 #include "runtime/trainer.h"
 
 #include <cmath>
+#include <map>
+
+#include "runtime/transformer_cache.h"
 
 namespace parallax {
 
@@ -20,7 +23,9 @@ RankCoords rank_coords(const Plan& plan, int world_rank) {
 
 Status check_runtime_support(const Plan& p) {
   auto no = [](const std::string& what) { return Error{"the CPU runtime does not execute " + what + " yet"}; };
-  if (p.pp > 1) return no("pipeline parallelism (pp " + std::to_string(p.pp) + ")");
+  // MPI guarantees tags up to 32767; pipeline transfers use one per (direction, micro-batch, stage).
+  if (p.pp > 1 && 2 * p.micro_batches() * p.pp * p.virtual_stages > 32767)
+    return Error{"too many micro-batches x stages for MPI tags (at most 32767 transfers per step)"};
   if (p.zero > 0) return no("ZeRO stage " + std::to_string(p.zero));
   if (p.recompute != Recompute::kNone) return no(std::string("recompute ") + recompute_name(p.recompute));
   if (p.sequence_parallel) return no("sequence parallelism");
@@ -44,7 +49,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
     return Error{"world size " + std::to_string(world.size()) + " does not equal tp x pp x dp = " +
                  std::to_string(plan.gpus())};
   const RankCoords rc = rank_coords(plan, world.rank());
-  Result<Transformer> model = Transformer::create(m, static_cast<int>(plan.tp), rc.tp, options.seed);
+  Result<Transformer> model = Transformer::create(m, static_cast<int>(plan.tp), rc.tp, options.seed,
+                                                  static_cast<int>(plan.pp), rc.pp, static_cast<int>(plan.virtual_stages));
   if (!model.ok()) return Error{model.error()};
   std::unique_ptr<Trainer> t(new Trainer(m, plan, options, std::move(model).value()));
   t->coords_ = rc;
@@ -52,7 +58,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   t->tp_ = world.split(world.rank() / tp, rc.tp);
   t->dp_ = world.split(rc.pp * tp + rc.tp, rc.dp);
   t->pp_ = world.split(rc.dp * tp + rc.tp, rc.pp);
-  (void)dp;
+  // Tied embeddings on several stages: the first and last stage all-reduce the gradient of their
+  // two copies; every other rank sits alone in its own group.
+  const bool ends = rc.pp == 0 || rc.pp == plan.pp - 1;
+  t->embedding_ = world.split(ends ? rc.dp * tp + rc.tp : dp * tp + world.rank(), rc.pp);
   for (Param* p : t->model_.params()) {
     t->adam_m_.emplace_back(p->value.size(), 0.0f);
     t->adam_v_.emplace_back(p->value.size(), 0.0f);
@@ -60,24 +69,59 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   return t;
 }
 
-// Forward and backward of this DP rank's micro-batches; returns their summed token loss.
-double Trainer::run_micro_batches(int64_t step_index) {
+void Trainer::fill_batch(int64_t step_index, int64_t mb, std::vector<int>& inputs, std::vector<int>& targets) const {
   const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len);
   const int64_t per_rank = plan_.global_batch / plan_.dp;
+  for (int i = 0; i < b; ++i) {
+    const int64_t seq = coords_.dp * per_rank + mb * b + i;
+    for (int pos = 0; pos < s; ++pos) {
+      inputs[static_cast<size_t>(i) * s + pos] = synthetic_token(options_.data_seed, step_index, seq, pos, m_.vocab);
+      targets[static_cast<size_t>(i) * s + pos] = synthetic_token(options_.data_seed, step_index, seq, pos + 1, m_.vocab);
+    }
+  }
+}
+
+int Trainer::tag(OpKind kind, int64_t mb, int64_t receiver_vs) const {
+  return static_cast<int>(((kind == OpKind::kForward ? 0 : 1) * plan_.micro_batches() + mb) * plan_.pp *
+                              plan_.virtual_stages + receiver_vs);
+}
+
+// Runs this stage's schedule: F receives its input from the previous virtual stage (or reads
+// tokens) and sends its output on; B receives the output gradient from the next virtual stage and
+// sends the input gradient back. Returns the summed token loss of the last stage's micro-batches.
+double Trainer::run_micro_batches(int64_t step_index) {
+  const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len);
+  const int64_t p = plan_.pp, v = plan_.virtual_stages, n = static_cast<int64_t>(b) * s * m_.hidden;
   const float weight = 1.0f / static_cast<float>(plan_.global_batch * plan_.seq_len);
   std::vector<int> inputs(static_cast<size_t>(b) * s), targets(inputs.size());
+  std::map<int64_t, Transformer::MicroBatch> states;  // by mb * v + chunk
+  Buffer in(n), out(n);
   double loss = 0;
-  for (int64_t mb = 0; mb < plan_.micro_batches(); ++mb) {
-    for (int i = 0; i < b; ++i) {
-      const int64_t seq = coords_.dp * per_rank + mb * b + i;
-      for (int pos = 0; pos < s; ++pos) {
-        inputs[static_cast<size_t>(i) * s + pos] = synthetic_token(options_.data_seed, step_index, seq, pos, m_.vocab);
-        targets[static_cast<size_t>(i) * s + pos] = synthetic_token(options_.data_seed, step_index, seq, pos + 1, m_.vocab);
-      }
+  const std::vector<std::vector<PipelineOp>> schedule = pipeline_ops(plan_.schedule, p, plan_.micro_batches(), v);
+  for (const PipelineOp& op : schedule[coords_.pp]) {
+    const int64_t vs = op.chunk * p + coords_.pp;
+    Transformer::MicroBatch& state = states[op.micro_batch * v + op.chunk];
+    if (op.kind == OpKind::kForward) {
+      fill_batch(step_index, op.micro_batch, inputs, targets);
+      if (vs > 0) pp_->recv(in.data(), n, static_cast<int>((vs - 1) % p), tag(op.kind, op.micro_batch, vs));
+      loss += model_.forward(op.chunk, inputs.data(), targets.data(), in.data(), out.data(), b, s, weight, *tp_, state);
+      if (vs < p * v - 1) pp_->send_async(out.data(), n, static_cast<int>((vs + 1) % p), tag(op.kind, op.micro_batch, vs + 1));
+    } else if (op.kind == OpKind::kBackward) {
+      if (vs < p * v - 1) pp_->recv(in.data(), n, static_cast<int>((vs + 1) % p), tag(op.kind, op.micro_batch, vs));
+      model_.backward(op.chunk, in.data(), out.data(), b, s, *tp_, state);
+      states.erase(op.micro_batch * v + op.chunk);
+      if (vs > 0) pp_->send_async(out.data(), n, static_cast<int>((vs - 1) % p), tag(op.kind, op.micro_batch, vs - 1));
     }
-    loss += model_.forward_backward(inputs.data(), targets.data(), b, s, weight, *tp_);
   }
+  pp_->wait_sends();
   return loss;
+}
+
+void Trainer::sync_tied_embedding() {
+  Param* copy = model_.tied_head_copy();
+  Param* wte = model_.embedding();
+  Param* mine = copy ? copy : (plan_.pp > 1 && m_.tied_embeddings ? wte : nullptr);
+  if (mine) embedding_->all_reduce(mine->grad.data(), static_cast<int64_t>(mine->grad.size()), ReduceOp::kSum);
 }
 
 // Global gradient norm over all ranks (each TP-replicated parameter counted once); returns it
@@ -85,7 +129,7 @@ double Trainer::run_micro_batches(int64_t step_index) {
 double Trainer::clip_gradients() {
   float sumsq = 0;
   for (Param* p : model_.params()) {
-    if (p->tp_replicated && coords_.tp != 0) continue;
+    if ((p->tp_replicated && coords_.tp != 0) || p == model_.tied_head_copy()) continue;
     for (float g : p->grad) sumsq += g * g;
   }
   tp_->all_reduce(&sumsq, 1, ReduceOp::kSum);
@@ -97,7 +141,9 @@ StepStats Trainer::step(int64_t step_index) {
   std::vector<Param*> params = model_.params();
   for (Param* p : params) std::fill(p->grad.begin(), p->grad.end(), 0.0f);
   float loss = static_cast<float>(run_micro_batches(step_index));
+  pp_->all_reduce(&loss, 1, ReduceOp::kSum);  // only the last stage holds losses
   dp_->all_reduce(&loss, 1, ReduceOp::kSum);
+  sync_tied_embedding();
   for (Param* p : params) dp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
   StepStats stats;
   stats.loss = loss / static_cast<double>(plan_.global_batch * plan_.seq_len);

@@ -4,8 +4,11 @@
 // gradient-norm clipping across ranks and AdamW. Every parallel plan computes the same losses as
 // one rank (up to fp32 summation order).
 //
-// Implemented so far: TP (with vocab-parallel embedding and loss), DP, gradient accumulation, in
-// fp32, one pipeline stage, ZeRO 0. Other settings are refused by check_runtime_support().
+// Pipeline parallelism executes planner/schedule.h's op list for this stage (GPipe, 1F1B,
+// interleaved, ZB-H1) with asynchronous sends and tagged receives. Implemented so far: TP (with
+// vocab-parallel embedding and loss), PP, DP, gradient accumulation, in fp32, ZeRO 0; ZB-H1's W
+// ops are empty (B computes the weight gradients too). Other settings are refused by
+// check_runtime_support().
 #pragma once
 
 #include <cstdint>
@@ -14,6 +17,7 @@
 
 #include "kernels/adamw.h"
 #include "planner/plan.h"
+#include "planner/schedule.h"
 #include "runtime/communicator.h"
 #include "runtime/transformer.h"
 
@@ -59,6 +63,9 @@ class Trainer {
   Trainer(const ModelSpec& m, const Plan& plan, const TrainOptions& o, Transformer model)
       : m_(m), plan_(plan), options_(o), model_(std::move(model)) {}
   double run_micro_batches(int64_t step_index);
+  void fill_batch(int64_t step_index, int64_t mb, std::vector<int>& inputs, std::vector<int>& targets) const;
+  int tag(OpKind kind, int64_t mb, int64_t receiver_vs) const;
+  void sync_tied_embedding();
   double clip_gradients();
 
   ModelSpec m_;
@@ -66,7 +73,7 @@ class Trainer {
   TrainOptions options_;
   Transformer model_;
   RankCoords coords_;
-  std::unique_ptr<Communicator> tp_, dp_, pp_;
+  std::unique_ptr<Communicator> tp_, dp_, pp_, embedding_;  // embedding_: first + last stage
   std::vector<Buffer> adam_m_, adam_v_;
   int64_t updates_ = 0;
 };

@@ -24,11 +24,18 @@ void make(Param& p, const std::string& name, int64_t size, bool replicated, floa
 
 }  // namespace
 
-Result<Transformer> Transformer::create(const ModelSpec& m, int tp, int tp_rank, uint64_t seed) {
+Result<Transformer> Transformer::create(const ModelSpec& m, int tp, int tp_rank, uint64_t seed, int pp, int pp_rank,
+                                        int chunks) {
   Transformer t;
   t.m_ = m;
   t.tp_ = tp;
   t.tp_rank_ = tp_rank;
+  t.pp_ = pp;
+  t.pp_rank_ = pp_rank;
+  t.chunks_ = chunks;
+  if (m.layers % (static_cast<int64_t>(pp) * chunks) != 0)
+    return Error{"num_layers " + std::to_string(m.layers) + " is not divisible by pp x chunks"};
+  t.layers_per_chunk_ = m.layers / (static_cast<int64_t>(pp) * chunks);
   t.vocab_padded_ = (m.vocab + kVocabMultiple - 1) / kVocabMultiple * kVocabMultiple;
   if (m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp || t.vocab_padded_ % tp)
     return Error{"tp " + std::to_string(tp) + " must divide the heads, KV heads, FFN size and padded vocabulary " +
@@ -40,20 +47,31 @@ Result<Transformer> Transformer::create(const ModelSpec& m, int tp, int tp_rank,
   t.fc1_local_ = (m.mlp == Mlp::kSwiGlu ? 2 : 1) * t.ffn_local_;
   t.rope_base_ = static_cast<float>(m.rope_theta);
   const int64_t h = m.hidden;
-  make(t.wte_, "wte", t.vocab_local_ * h, false);
-  fill_normal(t.wte_.value.data(), t.vocab_local_, h, tp_rank * t.vocab_local_, 0, h, seed, 1, kInitStd);
-  if (m.positions == Positions::kLearned) {
-    make(t.wpe_, "wpe", m.max_positions * h, true);
-    fill_normal(t.wpe_.value.data(), m.max_positions, h, 0, 0, h, seed, 2, kInitStd / 2);
+  const bool first = pp_rank == 0, last = pp_rank == pp - 1;
+  if (first) {
+    make(t.wte_, "wte", t.vocab_local_ * h, false);
+    fill_normal(t.wte_.value.data(), t.vocab_local_, h, tp_rank * t.vocab_local_, 0, h, seed, 1, kInitStd);
+    if (m.positions == Positions::kLearned) {
+      make(t.wpe_, "wpe", m.max_positions * h, true);
+      fill_normal(t.wpe_.value.data(), m.max_positions, h, 0, 0, h, seed, 2, kInitStd / 2);
+    }
   }
-  make(t.lnf_w_, "lnf.w", h, true, 1.0f);
-  if (m.norm == Norm::kLayerNorm) make(t.lnf_b_, "lnf.b", h, true);
-  if (!m.tied_embeddings) {
-    make(t.head_, "head", t.vocab_local_ * h, false);
-    fill_normal(t.head_.value.data(), t.vocab_local_, h, tp_rank * t.vocab_local_, 0, h, seed, 3, kInitStd);
+  if (last) {
+    make(t.lnf_w_, "lnf.w", h, true, 1.0f);
+    if (m.norm == Norm::kLayerNorm) make(t.lnf_b_, "lnf.b", h, true);
+    // Untied: the output layer. Tied on several stages: a copy of the embedding (tensor id 1).
+    if (!m.tied_embeddings || pp > 1) {
+      make(t.head_, m.tied_embeddings ? "wte.copy" : "head", t.vocab_local_ * h, false);
+      fill_normal(t.head_.value.data(), t.vocab_local_, h, tp_rank * t.vocab_local_, 0, h, seed,
+                  m.tied_embeddings ? 1 : 3, kInitStd);
+    }
   }
-  t.layers_.resize(m.layers);
-  for (int64_t l = 0; l < m.layers; ++l) t.init_layer(t.layers_[l], l, seed);
+  t.layers_.resize(chunks);
+  for (int c = 0; c < chunks; ++c) {
+    t.layers_[c].resize(t.layers_per_chunk_);
+    for (int64_t l = 0; l < t.layers_per_chunk_; ++l)
+      t.init_layer(t.layers_[c][l], t.virtual_stage(c) * t.layers_per_chunk_ + l, seed);
+  }
   return t;
 }
 
@@ -92,29 +110,60 @@ std::vector<Param*> Transformer::params() {
   std::vector<Param*> out;
   for (Param* p : {&wte_, &wpe_, &lnf_w_, &lnf_b_, &head_})
     if (!p->empty()) out.push_back(p);
-  for (Layer& L : layers_)
-    for (Param* p : {&L.ln1_w, &L.ln1_b, &L.qkv_w, &L.qkv_b, &L.proj_w, &L.proj_b, &L.ln2_w, &L.ln2_b, &L.fc1_w,
-                     &L.fc1_b, &L.fc2_w, &L.fc2_b})
-      if (!p->empty()) out.push_back(p);
+  for (auto& chunk : layers_)
+    for (Layer& L : chunk)
+      for (Param* p : {&L.ln1_w, &L.ln1_b, &L.qkv_w, &L.qkv_b, &L.proj_w, &L.proj_b, &L.ln2_w, &L.ln2_b, &L.fc1_w,
+                       &L.fc1_b, &L.fc2_w, &L.fc2_b})
+        if (!p->empty()) out.push_back(p);
   return out;
+}
+
+double Transformer::forward(int chunk, const int* tokens, const int* targets, const float* input, float* output, int b,
+                            int s, float loss_weight, Communicator& tp, MicroBatch& state) {
+  const int n = b * s;
+  const int64_t h = m_.hidden;
+  Buffer x(n * h);
+  if (first_stage(chunk)) {
+    const int vocab_start = static_cast<int>(tp_rank_ * vocab_local_);
+    state.tokens.assign(tokens, tokens + n);
+    kernels::embedding_forward(x.data(), tokens, wte_.value.data(), wpe_.empty() ? nullptr : wpe_.value.data(), n, s,
+                               static_cast<int>(h), vocab_start, static_cast<int>(vocab_local_), tp_rank_ == 0);
+    tp.all_reduce(x.data(), n * h, ReduceOp::kSum);
+  } else {
+    std::copy(input, input + n * h, x.begin());
+  }
+  std::vector<Layer>& layers = layers_[chunk];
+  state.layers.resize(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) layer_forward(layers[l], state.layers[l], x.data(), b, s, tp);
+  if (!last_stage(chunk)) {
+    std::copy(x.begin(), x.end(), output);
+    return 0;
+  }
+  state.dhead.assign(n * h, 0.0f);
+  return head_forward_backward(x.data(), state.dhead.data(), targets, n, loss_weight, tp);
+}
+
+void Transformer::backward(int chunk, const float* dout, float* dinput, int b, int s, Communicator& tp, MicroBatch& state) {
+  const int n = b * s;
+  const int64_t h = m_.hidden;
+  Buffer dx = last_stage(chunk) ? std::move(state.dhead) : Buffer(dout, dout + n * h);
+  std::vector<Layer>& layers = layers_[chunk];
+  for (size_t l = layers.size(); l-- > 0;) layer_backward(layers[l], state.layers[l], dx.data(), b, s, tp);
+  state.layers.clear();
+  if (!first_stage(chunk)) {
+    std::copy(dx.begin(), dx.end(), dinput);
+    return;
+  }
+  kernels::embedding_backward(wte_.grad.data(), wpe_.empty() ? nullptr : wpe_.grad.data(), dx.data(), state.tokens.data(),
+                              n, s, static_cast<int>(h), static_cast<int>(tp_rank_ * vocab_local_),
+                              static_cast<int>(vocab_local_));
 }
 
 double Transformer::forward_backward(const int* inputs, const int* targets, int b, int s, float loss_weight,
                                      Communicator& tp) {
-  const int n = b * s;
-  const int64_t h = m_.hidden;
-  const int vocab_start = static_cast<int>(tp_rank_ * vocab_local_);
-  Buffer x(n * h);
-  kernels::embedding_forward(x.data(), inputs, wte_.value.data(), wpe_.empty() ? nullptr : wpe_.value.data(), n, s,
-                             static_cast<int>(h), vocab_start, static_cast<int>(vocab_local_), tp_rank_ == 0);
-  tp.all_reduce(x.data(), n * h, ReduceOp::kSum);
-  std::vector<Cache> caches(layers_.size());
-  for (size_t l = 0; l < layers_.size(); ++l) layer_forward(layers_[l], caches[l], x.data(), b, s, tp);
-  Buffer dx(n * h, 0.0f);
-  const double loss = head_forward_backward(x.data(), dx.data(), targets, n, loss_weight, tp);
-  for (size_t l = layers_.size(); l-- > 0;) layer_backward(layers_[l], caches[l], dx.data(), b, s, tp);
-  kernels::embedding_backward(wte_.grad.data(), wpe_.empty() ? nullptr : wpe_.grad.data(), dx.data(), inputs, n, s,
-                              static_cast<int>(h), vocab_start, static_cast<int>(vocab_local_));
+  MicroBatch state;
+  const double loss = forward(0, inputs, targets, nullptr, nullptr, b, s, loss_weight, tp, state);
+  backward(0, nullptr, nullptr, b, s, tp, state);
   return loss;
 }
 
@@ -123,7 +172,7 @@ double Transformer::head_forward_backward(const float* x, float* dx, const int* 
                                           Communicator& tp) {
   const int h = static_cast<int>(m_.hidden), v = static_cast<int>(vocab_local_);
   const int vocab_start = static_cast<int>(tp_rank_ * vocab_local_);
-  Param& head = m_.tied_embeddings ? wte_ : head_;
+  Param& head = head_.empty() ? wte_ : head_;
   Buffer xf(n * h), sa(n), sb(n), logits(static_cast<size_t>(n) * v), stats(2 * n), mx(n), loss(n), dloss(n, loss_weight);
   norm_forward(lnf_w_, lnf_b_, xf.data(), sa.data(), sb.data(), x, n);
   kernels::matmul_forward(logits.data(), xf.data(), head.value.data(), nullptr, n, h, v);

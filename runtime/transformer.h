@@ -4,6 +4,12 @@
 // attention output and FC2 row-parallel (an all-reduce after each), embedding and output layer
 // vocab-parallel with a vocab-parallel cross-entropy. Parameters start identical whatever the
 // plan (init.h). Math in fp32 on the CPU reference kernels.
+//
+// With pipeline parallelism a rank holds `chunks` model chunks: chunk c is virtual stage
+// c * pp + pp_rank with layers [vs * L/(pp v), (vs + 1) * L/(pp v)); the embedding sits on virtual
+// stage 0 and the final norm, output layer and loss on the last one (with tied embeddings the
+// last stage keeps its own copy of the embedding, whose gradient the trainer all-reduces with the
+// first stage's).
 #pragma once
 
 #include <cstdint>
@@ -28,14 +34,32 @@ class Transformer {
  public:
   // The vocabulary is padded to a multiple of 128 (independent of TP, so every plan trains the
   // same model); errors name the dimension TP does not divide.
-  static Result<Transformer> create(const ModelSpec& m, int tp, int tp_rank, uint64_t seed);
+  static Result<Transformer> create(const ModelSpec& m, int tp, int tp_rank, uint64_t seed, int pp = 1,
+                                    int pp_rank = 0, int chunks = 1);
 
   std::vector<Param*> params();
   int64_t padded_vocab() const { return vocab_padded_; }
+  bool first_stage(int chunk) const { return virtual_stage(chunk) == 0; }
+  bool last_stage(int chunk) const { return virtual_stage(chunk) == pp_ * chunks_ - 1; }
+  // The embedding copy the last stage holds for tied embeddings (null otherwise).
+  Param* tied_head_copy() { return m_.tied_embeddings && pp_ > 1 && !head_.empty() ? &head_ : nullptr; }
+  Param* embedding() { return wte_.empty() ? nullptr : &wte_; }
 
-  // Forward and backward of one micro-batch of b sequences of s tokens (inputs and targets are
-  // b * s ids); gradients accumulate into the params. Every token's loss is weighted by
-  // `loss_weight` in the gradient. Returns the micro-batch's summed token loss.
+  // What one micro-batch keeps between its forward and backward through one chunk.
+  struct MicroBatch;
+
+  // Forward of one chunk for a micro-batch of b sequences of s tokens. The first virtual stage
+  // reads `tokens`, the others `input` (b s x h). The last virtual stage also computes the loss
+  // and its gradient (each token weighted by `loss_weight`) and returns the summed token loss;
+  // the others write their output activation to `output` and return 0.
+  double forward(int chunk, const int* tokens, const int* targets, const float* input, float* output, int b, int s,
+                 float loss_weight, Communicator& tp, MicroBatch& state);
+  // Backward of one chunk: `dout` is the gradient of its output (unused on the last virtual
+  // stage); writes the gradient of its input to `dinput` (unused on the first). Gradients
+  // accumulate into the params; `state` is consumed.
+  void backward(int chunk, const float* dout, float* dinput, int b, int s, Communicator& tp, MicroBatch& state);
+
+  // forward + backward of the whole model on one stage (pp = 1); returns the summed token loss.
   double forward_backward(const int* inputs, const int* targets, int b, int s, float loss_weight, Communicator& tp);
 
  private:
@@ -54,11 +78,14 @@ class Transformer {
   double head_forward_backward(const float* x, float* dx, const int* targets, int n, float loss_weight,
                                Communicator& tp);
 
+  int64_t virtual_stage(int chunk) const { return static_cast<int64_t>(chunk) * pp_ + pp_rank_; }
+
   ModelSpec m_;
-  int tp_ = 1, tp_rank_ = 0;
+  int tp_ = 1, tp_rank_ = 0, pp_ = 1, pp_rank_ = 0, chunks_ = 1;
   int64_t vocab_padded_ = 0, vocab_local_ = 0, q_local_ = 0, kv_local_ = 0, ffn_local_ = 0, fc1_local_ = 0;
   float rope_base_ = 10000.0f;
-  std::vector<Layer> layers_;
+  int64_t layers_per_chunk_ = 0;
+  std::vector<std::vector<Layer>> layers_;  // per chunk
   Param wte_, wpe_, lnf_w_, lnf_b_, head_;
 };
 

@@ -18,4 +18,10 @@ struct Transformer::Cache {
   Buffer u, g;           // FC1 output and activation output
 };
 
+struct Transformer::MicroBatch {
+  std::vector<Cache> layers;
+  std::vector<int> tokens;  // first virtual stage: for the embedding's backward
+  Buffer dhead;             // last virtual stage: gradient of the last layer's output
+};
+
 }  // namespace parallax

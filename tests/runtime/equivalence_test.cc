@@ -19,20 +19,27 @@ std::string bin() {
   return std::string(dir ? dir : "build/bin") + "/train";
 }
 
-std::string write_plan(int tp, int dp, int micro_batch) {
-  const std::string path = testing::TempDir() + "/eq_plan_" + std::to_string(getpid()) + "_" + std::to_string(tp) +
-                           "_" + std::to_string(dp) + "_" + std::to_string(micro_batch) + ".json";
-  std::ofstream(path) << nlohmann::json{{"tp", tp}, {"pp", 1}, {"dp", dp}, {"zero", 0}, {"micro_batch", micro_batch},
-                                        {"global_batch", 8}, {"seq_len", 16}, {"schedule", "1f1b"},
-                                        {"recompute", "none"}, {"sequence_parallel", false}, {"precision", "fp32"}}
+struct Layout {
+  int tp = 1, pp = 1, dp = 1, micro_batch = 1;
+  const char* schedule = "1f1b";
+  int chunks = 1;
+  int ranks() const { return tp * pp * dp; }
+};
+
+std::string write_plan(const Layout& l) {
+  const std::string path = testing::TempDir() + "/eq_plan_" + std::to_string(getpid()) + ".json";
+  std::ofstream(path) << nlohmann::json{{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero", 0},
+                                        {"micro_batch", l.micro_batch}, {"global_batch", 8}, {"seq_len", 16},
+                                        {"schedule", l.schedule}, {"virtual_stages", l.chunks}, {"recompute", "none"},
+                                        {"sequence_parallel", false}, {"precision", "fp32"}}
                              .dump();
   return path;
 }
 
-std::vector<double> losses(const std::string& model, int tp, int dp, int micro_batch) {
+std::vector<double> losses(const std::string& model, const Layout& l) {
   const std::string out = testing::TempDir() + "/eq_out_" + std::to_string(getpid());
-  const std::string cmd = "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(tp * dp) + " " + bin() +
-                          " --plan " + write_plan(tp, dp, micro_batch) + " --model " + PARALLAX_SOURCE_DIR +
+  const std::string cmd = "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(l.ranks()) + " " + bin() +
+                          " --plan " + write_plan(l) + " --model " + PARALLAX_SOURCE_DIR +
                           "/tests/data/" + model + ".json --steps 5 --format json > " + out + " 2>&1";
   const int status = std::system(cmd.c_str());
   std::ifstream in(out);
@@ -45,31 +52,45 @@ std::vector<double> losses(const std::string& model, int tp, int dp, int micro_b
   return nlohmann::json::parse(line.substr(start))["losses"].get<std::vector<double>>();
 }
 
-void expect_same_training(const std::string& model, int tp, int dp, int micro_batch) {
+void expect_same_training(const std::string& model, const Layout& l) {
   static std::map<std::string, std::vector<double>> reference;
-  if (!reference.count(model)) reference[model] = losses(model, 1, 1, 8);
+  if (!reference.count(model)) reference[model] = losses(model, Layout{1, 1, 1, 8});
   const std::vector<double>& ref = reference[model];
-  const std::vector<double> got = losses(model, tp, dp, micro_batch);
-  ASSERT_EQ(got.size(), 5u);
+  const std::vector<double> got = losses(model, l);
+  const std::string what = model + " tp " + std::to_string(l.tp) + " pp " + std::to_string(l.pp) + " dp " +
+                           std::to_string(l.dp) + " " + l.schedule;
+  ASSERT_EQ(got.size(), 5u) << what;
   ASSERT_EQ(ref.size(), 5u);
-  EXPECT_LE(std::abs(got[0] / ref[0] - 1), 1e-5) << model << " tp " << tp << " dp " << dp;
-  for (size_t i = 0; i < 5; ++i) EXPECT_LE(std::abs(got[i] / ref[i] - 1), 1e-4) << model << " step " << i + 1;
+  EXPECT_LE(std::abs(got[0] / ref[0] - 1), 1e-5) << what;
+  for (size_t i = 0; i < 5; ++i) EXPECT_LE(std::abs(got[i] / ref[i] - 1), 1e-4) << what << " step " << i + 1;
 }
 
 TEST(Equivalence, DataParallel) {
-  expect_same_training("tiny-gpt", 1, 2, 4);
-  expect_same_training("tiny-llama", 1, 2, 2);  // two micro-batches accumulated per rank
+  expect_same_training("tiny-gpt", {1, 1, 2, 4});
+  expect_same_training("tiny-llama", {1, 1, 2, 2});  // two micro-batches accumulated per rank
 }
 
 TEST(Equivalence, TensorParallel) {
-  expect_same_training("tiny-gpt", 2, 1, 4);
-  expect_same_training("tiny-gpt", 4, 1, 8);
-  expect_same_training("tiny-llama", 2, 1, 2);
+  expect_same_training("tiny-gpt", {2, 1, 1, 4});
+  expect_same_training("tiny-gpt", {4, 1, 1, 8});
+  expect_same_training("tiny-llama", {2, 1, 1, 2});
 }
 
-TEST(Equivalence, TensorAndDataParallel) {
-  expect_same_training("tiny-gpt", 2, 2, 1);
-  expect_same_training("tiny-llama", 2, 2, 2);
+TEST(Equivalence, PipelineSchedules) {
+  for (const char* model : {"tiny-gpt", "tiny-llama"}) {  // GPT ties embeddings across the stages
+    expect_same_training(model, {1, 2, 1, 1, "1f1b"});
+    expect_same_training(model, {1, 2, 1, 2, "gpipe"});
+    expect_same_training(model, {1, 2, 1, 1, "zb-h1"});
+    expect_same_training(model, {1, 2, 1, 1, "interleaved", 2});
+  }
+  expect_same_training("tiny-gpt", {1, 4, 1, 1, "1f1b"});
+}
+
+TEST(Equivalence, Mixtures) {
+  expect_same_training("tiny-gpt", {2, 1, 2, 1});
+  expect_same_training("tiny-llama", {2, 1, 2, 2});
+  expect_same_training("tiny-gpt", {1, 2, 2, 1, "interleaved", 2});
+  expect_same_training("tiny-llama", {2, 2, 2, 1, "zb-h1"});
 }
 
 }  // namespace

@@ -101,9 +101,9 @@ TEST(Trainer, RankCoordinatesFollowTheRankOrder) {
 
 TEST(Trainer, RefusesWhatItCannotRunYet) {
   Plan p;
-  p.pp = 2;
-  EXPECT_EQ(check_runtime_support(p).error(), "the CPU runtime does not execute pipeline parallelism (pp 2) yet");
-  p.pp = 1;
+  p.zero = 1;
+  EXPECT_EQ(check_runtime_support(p).error(), "the CPU runtime does not execute ZeRO stage 1 yet");
+  p.zero = 0;
   EXPECT_NE(check_runtime_support(p).error().find("trains in fp32"), std::string::npos);
   p.precision = Precision::kFp32;
   EXPECT_TRUE(check_runtime_support(p).ok());

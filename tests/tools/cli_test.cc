@@ -187,19 +187,19 @@ TEST(Simulate, BadInputs) {
 
 TEST(Train, BadInputs) {
   const std::string model = std::string(PARALLAX_SOURCE_DIR) + "/tests/data/tiny-gpt.json";
-  auto plan = [](const std::string& name, int pp, int dp, const char* precision) {
-    return temp_file(name, nlohmann::json{{"tp", 1}, {"pp", pp}, {"dp", dp}, {"zero", 0}, {"micro_batch", 1},
+  auto plan = [](const std::string& name, int zero, int dp, const char* precision) {
+    return temp_file(name, nlohmann::json{{"tp", 1}, {"pp", 1}, {"dp", dp}, {"zero", zero}, {"micro_batch", 1},
                                           {"global_batch", 4}, {"seq_len", 8}, {"schedule", "1f1b"},
                                           {"recompute", "none"}, {"sequence_parallel", false}, {"precision", precision}}
                                 .dump());
   };
-  expect_bad_input(run("train", "--model " + model + " --plan " + plan("t1.json", 1, 2, "fp32")),
+  expect_bad_input(run("train", "--model " + model + " --plan " + plan("t1.json", 0, 2, "fp32")),
                    "world size 1 does not equal tp x pp x dp = 2");
-  expect_bad_input(run("train", "--model " + model + " --plan " + plan("t2.json", 2, 1, "fp32")),
-                   "does not execute pipeline parallelism (pp 2) yet");
-  expect_bad_input(run("train", "--model " + model + " --plan " + plan("t3.json", 1, 1, "bf16")), "trains in fp32");
-  expect_bad_input(run("train", "--model nowhere --plan " + plan("t4.json", 1, 1, "fp32")), "nowhere: cannot open file");
-  ToolRun ok = run("train", "--model " + model + " --plan " + plan("t5.json", 1, 1, "fp32") + " --steps 2 --format json");
+  expect_bad_input(run("train", "--model " + model + " --plan " + plan("t2.json", 1, 1, "fp32")),
+                   "does not execute ZeRO stage 1 yet");
+  expect_bad_input(run("train", "--model " + model + " --plan " + plan("t3.json", 0, 1, "bf16")), "trains in fp32");
+  expect_bad_input(run("train", "--model nowhere --plan " + plan("t4.json", 0, 1, "fp32")), "nowhere: cannot open file");
+  ToolRun ok = run("train", "--model " + model + " --plan " + plan("t5.json", 0, 1, "fp32") + " --steps 2 --format json");
   ASSERT_EQ(ok.code, 0) << ok.err;
   EXPECT_EQ(nlohmann::json::parse(ok.out)["losses"].size(), 2u);
 }
