@@ -26,8 +26,7 @@ Status check_runtime_support(const Plan& p) {
   // MPI guarantees tags up to 32767; pipeline transfers use one per (direction, micro-batch, stage).
   if (p.pp > 1 && 2 * p.micro_batches() * p.pp * p.virtual_stages > 32767)
     return Error{"too many micro-batches x stages for MPI tags (at most 32767 transfers per step)"};
-  if (p.zero > 0) return no("ZeRO stage " + std::to_string(p.zero));
-  if (p.recompute != Recompute::kNone) return no(std::string("recompute ") + recompute_name(p.recompute));
+  if (p.zero > 2) return no("ZeRO stage " + std::to_string(p.zero));
   if (p.sequence_parallel) return no("sequence parallelism");
   if (p.offload) return no("offload");
   if (p.precision != Precision::kFp32)
@@ -52,6 +51,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   Result<Transformer> model = Transformer::create(m, static_cast<int>(plan.tp), rc.tp, options.seed,
                                                   static_cast<int>(plan.pp), rc.pp, static_cast<int>(plan.virtual_stages));
   if (!model.ok()) return Error{model.error()};
+  model->set_recompute(plan.recompute);
   std::unique_ptr<Trainer> t(new Trainer(m, plan, options, std::move(model).value()));
   t->coords_ = rc;
   const int tp = static_cast<int>(plan.tp), dp = static_cast<int>(plan.dp);
@@ -62,6 +62,12 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   // two copies; every other rank sits alone in its own group.
   const bool ends = rc.pp == 0 || rc.pp == plan.pp - 1;
   t->embedding_ = world.split(ends ? rc.dp * tp + rc.tp : dp * tp + world.rank(), rc.pp);
+  if (plan.zero >= 1) {
+    Trainer* self = t.get();
+    t->zero_ = std::make_unique<DistributedOptimizer>(t->model_.params(), *t->dp_,
+                                                      [self](const Param* p) { return self->counted(p); });
+    return t;
+  }
   for (Param* p : t->model_.params()) {
     t->adam_m_.emplace_back(p->value.size(), 0.0f);
     t->adam_v_.emplace_back(p->value.size(), 0.0f);
@@ -110,6 +116,7 @@ double Trainer::run_micro_batches(int64_t step_index) {
       if (vs < p * v - 1) pp_->recv(in.data(), n, static_cast<int>((vs + 1) % p), tag(op.kind, op.micro_batch, vs));
       model_.backward(op.chunk, in.data(), out.data(), b, s, *tp_, state);
       states.erase(op.micro_batch * v + op.chunk);
+      if (plan_.zero == 2) zero_->reduce_gradients();  // ZeRO-2: shard every micro-batch's gradients
       if (vs > 0) pp_->send_async(out.data(), n, static_cast<int>((vs - 1) % p), tag(op.kind, op.micro_batch, vs - 1));
     }
   }
@@ -124,16 +131,26 @@ void Trainer::sync_tied_embedding() {
   if (mine) embedding_->all_reduce(mine->grad.data(), static_cast<int64_t>(mine->grad.size()), ReduceOp::kSum);
 }
 
-// Global gradient norm over all ranks (each TP-replicated parameter counted once); returns it
-// and scales nothing — the optimizer applies the clip factor.
-double Trainer::clip_gradients() {
-  float sumsq = 0;
-  for (Param* p : model_.params()) {
-    if ((p->tp_replicated && coords_.tp != 0) || p == model_.tied_head_copy()) continue;
-    for (float g : p->grad) sumsq += g * g;
+// A parameter replicated over TP (and the last stage's copy of a tied embedding) enters the
+// global gradient norm once.
+bool Trainer::counted(const Param* p) {
+  return !(p->tp_replicated && coords_.tp != 0) && p != model_.tied_head_copy();
+}
+
+// Global gradient norm over all ranks, from full gradients (ZeRO 0) or this rank's shard.
+double Trainer::gradient_norm() {
+  double local = 0;
+  if (zero_) {
+    local = zero_->shard_sumsq();
+  } else {
+    for (Param* p : model_.params())
+      if (counted(p))
+        for (float g : p->grad) local += static_cast<double>(g) * g;
   }
+  float sumsq = static_cast<float>(local);
   tp_->all_reduce(&sumsq, 1, ReduceOp::kSum);
   pp_->all_reduce(&sumsq, 1, ReduceOp::kSum);
+  if (zero_) dp_->all_reduce(&sumsq, 1, ReduceOp::kSum);
   return std::sqrt(static_cast<double>(sumsq));
 }
 
@@ -144,12 +161,18 @@ StepStats Trainer::step(int64_t step_index) {
   pp_->all_reduce(&loss, 1, ReduceOp::kSum);  // only the last stage holds losses
   dp_->all_reduce(&loss, 1, ReduceOp::kSum);
   sync_tied_embedding();
-  for (Param* p : params) dp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
+  if (plan_.zero == 1) zero_->reduce_gradients();
+  if (plan_.zero == 0)
+    for (Param* p : params) dp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
   StepStats stats;
   stats.loss = loss / static_cast<double>(plan_.global_batch * plan_.seq_len);
-  stats.grad_norm = clip_gradients();
+  stats.grad_norm = gradient_norm();
   const float scale = stats.grad_norm > options_.clip_norm ? static_cast<float>(options_.clip_norm / (stats.grad_norm + 1e-6)) : 1.0f;
   ++updates_;
+  if (zero_) {
+    zero_->step(options_.adam, static_cast<int>(updates_), scale);
+    return stats;
+  }
   for (size_t i = 0; i < params.size(); ++i)
     kernels::adamw_update(params[i]->value.data(), params[i]->grad.data(), adam_m_[i].data(), adam_v_[i].data(),
                           static_cast<long>(params[i]->value.size()), options_.adam, static_cast<int>(updates_), scale);

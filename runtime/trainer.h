@@ -6,7 +6,8 @@
 //
 // Pipeline parallelism executes planner/schedule.h's op list for this stage (GPipe, 1F1B,
 // interleaved, ZB-H1) with asynchronous sends and tagged receives. Implemented so far: TP (with
-// vocab-parallel embedding and loss), PP, DP, gradient accumulation, in fp32, ZeRO 0; ZB-H1's W
+// vocab-parallel embedding and loss), PP, DP, ZeRO-1/2, full and selective recompute, gradient
+// accumulation, in fp32; ZB-H1's W
 // ops are empty (B computes the weight gradients too). Other settings are refused by
 // check_runtime_support().
 #pragma once
@@ -19,6 +20,7 @@
 #include "planner/plan.h"
 #include "planner/schedule.h"
 #include "runtime/communicator.h"
+#include "runtime/distributed_optimizer.h"
 #include "runtime/transformer.h"
 
 namespace parallax {
@@ -66,7 +68,8 @@ class Trainer {
   void fill_batch(int64_t step_index, int64_t mb, std::vector<int>& inputs, std::vector<int>& targets) const;
   int tag(OpKind kind, int64_t mb, int64_t receiver_vs) const;
   void sync_tied_embedding();
-  double clip_gradients();
+  double gradient_norm();
+  bool counted(const Param* p);
 
   ModelSpec m_;
   Plan plan_;
@@ -74,7 +77,8 @@ class Trainer {
   Transformer model_;
   RankCoords coords_;
   std::unique_ptr<Communicator> tp_, dp_, pp_, embedding_;  // embedding_: first + last stage
-  std::vector<Buffer> adam_m_, adam_v_;
+  std::vector<Buffer> adam_m_, adam_v_;          // ZeRO 0
+  std::unique_ptr<DistributedOptimizer> zero_;  // ZeRO 1 and 2
   int64_t updates_ = 0;
 };
 

@@ -134,7 +134,10 @@ double Transformer::forward(int chunk, const int* tokens, const int* targets, co
   }
   std::vector<Layer>& layers = layers_[chunk];
   state.layers.resize(layers.size());
-  for (size_t l = 0; l < layers.size(); ++l) layer_forward(layers[l], state.layers[l], x.data(), b, s, tp);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    layer_forward(layers[l], state.layers[l], x.data(), b, s, tp);
+    drop_for_recompute(state.layers[l]);
+  }
   if (!last_stage(chunk)) {
     std::copy(x.begin(), x.end(), output);
     return 0;
@@ -148,7 +151,11 @@ void Transformer::backward(int chunk, const float* dout, float* dinput, int b, i
   const int64_t h = m_.hidden;
   Buffer dx = last_stage(chunk) ? std::move(state.dhead) : Buffer(dout, dout + n * h);
   std::vector<Layer>& layers = layers_[chunk];
-  for (size_t l = layers.size(); l-- > 0;) layer_backward(layers[l], state.layers[l], dx.data(), b, s, tp);
+  for (size_t l = layers.size(); l-- > 0;) {
+    recompute(layers[l], state.layers[l], b, s, tp);
+    layer_backward(layers[l], state.layers[l], dx.data(), b, s, tp);
+    state.layers[l] = Cache{};
+  }
   state.layers.clear();
   if (!first_stage(chunk)) {
     std::copy(dx.begin(), dx.end(), dinput);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "models/layer_cost.h"
 #include "models/model_spec.h"
 #include "models/status.h"
 #include "runtime/buffer.h"
@@ -59,6 +60,10 @@ class Transformer {
   // accumulate into the params; `state` is consumed.
   void backward(int chunk, const float* dout, float* dinput, int b, int s, Communicator& tp, MicroBatch& state);
 
+  // Full: keep only each layer's input and re-run its forward before its backward; selective:
+  // drop the attention probabilities and recompute them (Korthikanti et al.).
+  void set_recompute(Recompute r) { recompute_ = r; }
+
   // forward + backward of the whole model on one stage (pp = 1); returns the summed token loss.
   double forward_backward(const int* inputs, const int* targets, int b, int s, float loss_weight, Communicator& tp);
 
@@ -75,6 +80,8 @@ class Transformer {
                      const float* stat_b, int n) const;
   void layer_forward(Layer& layer, Cache& c, float* x, int b, int s, Communicator& tp) const;
   void layer_backward(Layer& layer, Cache& c, float* dx, int b, int s, Communicator& tp) const;
+  void drop_for_recompute(Cache& c) const;
+  void recompute(Layer& layer, Cache& c, int b, int s, Communicator& tp) const;
   double head_forward_backward(const float* x, float* dx, const int* targets, int n, float loss_weight,
                                Communicator& tp);
 
@@ -84,6 +91,7 @@ class Transformer {
   int tp_ = 1, tp_rank_ = 0, pp_ = 1, pp_rank_ = 0, chunks_ = 1;
   int64_t vocab_padded_ = 0, vocab_local_ = 0, q_local_ = 0, kv_local_ = 0, ffn_local_ = 0, fc1_local_ = 0;
   float rope_base_ = 10000.0f;
+  Recompute recompute_ = Recompute::kNone;
   int64_t layers_per_chunk_ = 0;
   std::vector<std::vector<Layer>> layers_;  // per chunk
   Param wte_, wpe_, lnf_w_, lnf_b_, head_;

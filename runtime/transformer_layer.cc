@@ -87,6 +87,28 @@ void Transformer::layer_forward(Layer& L, Cache& c, float* x, int b, int s, Comm
   add(x, y.data(), static_cast<int64_t>(y.size()));
 }
 
+void Transformer::drop_for_recompute(Cache& c) const {
+  if (recompute_ == Recompute::kSelective) Buffer().swap(c.probs);
+  if (recompute_ != Recompute::kFull) return;
+  Buffer input;
+  input.swap(c.x);
+  c = Cache{};
+  c.x.swap(input);
+}
+
+void Transformer::recompute(Layer& L, Cache& c, int b, int s, Communicator& tp) const {
+  if (recompute_ == Recompute::kFull) {
+    Buffer x(c.x.begin(), c.x.end());
+    layer_forward(L, c, x.data(), b, s, tp);  // issues the same TP collectives on every rank
+  } else if (recompute_ == Recompute::kSelective) {
+    const int heads = static_cast<int>(m_.heads / tp_), kv_heads = static_cast<int>(m_.kv_heads / tp_);
+    c.probs.resize(static_cast<int64_t>(b) * heads * s * s);
+    Buffer o(c.o.size());
+    kernels::attention_forward(o.data(), c.probs.data(), c.q.data(), c.k.data(), c.v.data(),
+                               {b, s, heads, kv_heads, static_cast<int>(m_.head_dim)});
+  }
+}
+
 void Transformer::layer_backward(Layer& L, Cache& c, float* dx, int b, int s, Communicator& tp) const {
   const int n = b * s, h = static_cast<int>(m_.hidden), hd = static_cast<int>(m_.head_dim);
   const int ql = static_cast<int>(q_local_), kvl = static_cast<int>(kv_local_), width = ql + 2 * kvl;

@@ -23,14 +23,16 @@ struct Layout {
   int tp = 1, pp = 1, dp = 1, micro_batch = 1;
   const char* schedule = "1f1b";
   int chunks = 1;
+  int zero = 0;
+  const char* recompute = "none";
   int ranks() const { return tp * pp * dp; }
 };
 
 std::string write_plan(const Layout& l) {
   const std::string path = testing::TempDir() + "/eq_plan_" + std::to_string(getpid()) + ".json";
-  std::ofstream(path) << nlohmann::json{{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero", 0},
+  std::ofstream(path) << nlohmann::json{{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero", l.zero},
                                         {"micro_batch", l.micro_batch}, {"global_batch", 8}, {"seq_len", 16},
-                                        {"schedule", l.schedule}, {"virtual_stages", l.chunks}, {"recompute", "none"},
+                                        {"schedule", l.schedule}, {"virtual_stages", l.chunks}, {"recompute", l.recompute},
                                         {"sequence_parallel", false}, {"precision", "fp32"}}
                              .dump();
   return path;
@@ -58,7 +60,8 @@ void expect_same_training(const std::string& model, const Layout& l) {
   const std::vector<double>& ref = reference[model];
   const std::vector<double> got = losses(model, l);
   const std::string what = model + " tp " + std::to_string(l.tp) + " pp " + std::to_string(l.pp) + " dp " +
-                           std::to_string(l.dp) + " " + l.schedule;
+                           std::to_string(l.dp) + " " + l.schedule + " zero " + std::to_string(l.zero) + " recompute " +
+                           l.recompute;
   ASSERT_EQ(got.size(), 5u) << what;
   ASSERT_EQ(ref.size(), 5u);
   EXPECT_LE(std::abs(got[0] / ref[0] - 1), 1e-5) << what;
@@ -84,6 +87,22 @@ TEST(Equivalence, PipelineSchedules) {
     expect_same_training(model, {1, 2, 1, 1, "interleaved", 2});
   }
   expect_same_training("tiny-gpt", {1, 4, 1, 1, "1f1b"});
+}
+
+TEST(Equivalence, ZeroStages) {
+  expect_same_training("tiny-gpt", {1, 1, 2, 4, "1f1b", 1, 1});
+  expect_same_training("tiny-llama", {1, 1, 2, 2, "1f1b", 1, 2});
+  expect_same_training("tiny-gpt", {2, 1, 2, 1, "1f1b", 1, 2});
+  expect_same_training("tiny-llama", {1, 2, 2, 1, "1f1b", 1, 1});  // ZeRO-1 with pipelining
+}
+
+TEST(Equivalence, Recompute) {
+  for (const char* model : {"tiny-gpt", "tiny-llama"}) {
+    expect_same_training(model, {1, 1, 1, 4, "1f1b", 1, 0, "full"});
+    expect_same_training(model, {1, 1, 1, 4, "1f1b", 1, 0, "selective"});
+  }
+  expect_same_training("tiny-gpt", {2, 2, 1, 1, "1f1b", 1, 0, "full"});
+  expect_same_training("tiny-llama", {2, 1, 2, 1, "1f1b", 1, 1, "selective"});
 }
 
 TEST(Equivalence, Mixtures) {

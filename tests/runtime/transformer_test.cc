@@ -101,9 +101,12 @@ TEST(Trainer, RankCoordinatesFollowTheRankOrder) {
 
 TEST(Trainer, RefusesWhatItCannotRunYet) {
   Plan p;
-  p.zero = 1;
-  EXPECT_EQ(check_runtime_support(p).error(), "the CPU runtime does not execute ZeRO stage 1 yet");
+  p.zero = 3;
+  EXPECT_EQ(check_runtime_support(p).error(), "the CPU runtime does not execute ZeRO stage 3 yet");
   p.zero = 0;
+  p.sequence_parallel = true;
+  EXPECT_EQ(check_runtime_support(p).error(), "the CPU runtime does not execute sequence parallelism yet");
+  p.sequence_parallel = false;
   EXPECT_NE(check_runtime_support(p).error().find("trains in fp32"), std::string::npos);
   p.precision = Precision::kFp32;
   EXPECT_TRUE(check_runtime_support(p).ok());

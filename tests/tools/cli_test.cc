@@ -195,8 +195,8 @@ TEST(Train, BadInputs) {
   };
   expect_bad_input(run("train", "--model " + model + " --plan " + plan("t1.json", 0, 2, "fp32")),
                    "world size 1 does not equal tp x pp x dp = 2");
-  expect_bad_input(run("train", "--model " + model + " --plan " + plan("t2.json", 1, 1, "fp32")),
-                   "does not execute ZeRO stage 1 yet");
+  expect_bad_input(run("train", "--model " + model + " --plan " + plan("t2.json", 3, 1, "fp32")),
+                   "does not execute ZeRO stage 3 yet");
   expect_bad_input(run("train", "--model " + model + " --plan " + plan("t3.json", 0, 1, "bf16")), "trains in fp32");
   expect_bad_input(run("train", "--model nowhere --plan " + plan("t4.json", 0, 1, "fp32")), "nowhere: cannot open file");
   ToolRun ok = run("train", "--model " + model + " --plan " + plan("t5.json", 0, 1, "fp32") + " --steps 2 --format json");
