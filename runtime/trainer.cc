@@ -54,6 +54,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   model->set_recompute(plan.recompute);
   std::unique_ptr<Trainer> t(new Trainer(m, plan, options, std::move(model).value()));
   t->coords_ = rc;
+  Communicator* w = &world;
+  t->world_barrier_ = [w] { w->barrier(); };
   const int tp = static_cast<int>(plan.tp), dp = static_cast<int>(plan.dp);
   t->tp_ = world.split(world.rank() / tp, rc.tp);
   t->dp_ = world.split(rc.pp * tp + rc.tp, rc.dp);
@@ -73,6 +75,29 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
     t->adam_v_.emplace_back(p->value.size(), 0.0f);
   }
   return t;
+}
+
+std::string OpRecord::name() const {
+  const std::string mb = "mb=" + std::to_string(micro_batch), ch = " chunk=" + std::to_string(chunk);
+  switch (kind) {
+    case kForward: return "F " + mb + ch;
+    case kBackward: return "B " + mb + ch;
+    case kRecv: return "recv pp " + mb;
+    case kDpAllReduce: return "allreduce dp bucket=0";
+    case kDpReduceScatter: return "reduce-scatter dp bucket=0";
+    case kOptimizer: return "optimizer";
+  }
+  return "?";
+}
+
+const char* OpRecord::stream() const {
+  return kind == kRecv ? "pp-recv" : (kind == kDpAllReduce || kind == kDpReduceScatter) ? "dp" : "compute";
+}
+
+void Trainer::record(OpRecord::Kind kind, int mb, int chunk, std::chrono::steady_clock::time_point begin) {
+  const auto now = std::chrono::steady_clock::now();
+  records_.push_back({kind, mb, chunk, std::chrono::duration<double>(begin - step_start_).count(),
+                      std::chrono::duration<double>(now - begin).count()});
 }
 
 void Trainer::fill_batch(int64_t step_index, int64_t mb, std::vector<int>& inputs, std::vector<int>& targets) const {
@@ -109,14 +134,24 @@ double Trainer::run_micro_batches(int64_t step_index) {
     Transformer::MicroBatch& state = states[op.micro_batch * v + op.chunk];
     if (op.kind == OpKind::kForward) {
       fill_batch(step_index, op.micro_batch, inputs, targets);
+      auto begin = std::chrono::steady_clock::now();
       if (vs > 0) pp_->recv(in.data(), n, static_cast<int>((vs - 1) % p), tag(op.kind, op.micro_batch, vs));
+      if (vs > 0) record(OpRecord::kRecv, op.micro_batch, op.chunk, begin);
+      begin = std::chrono::steady_clock::now();
       loss += model_.forward(op.chunk, inputs.data(), targets.data(), in.data(), out.data(), b, s, weight, *tp_, state);
+      record(OpRecord::kForward, op.micro_batch, op.chunk, begin);
       if (vs < p * v - 1) pp_->send_async(out.data(), n, static_cast<int>((vs + 1) % p), tag(op.kind, op.micro_batch, vs + 1));
     } else if (op.kind == OpKind::kBackward) {
+      auto begin = std::chrono::steady_clock::now();
       if (vs < p * v - 1) pp_->recv(in.data(), n, static_cast<int>((vs + 1) % p), tag(op.kind, op.micro_batch, vs));
+      if (vs < p * v - 1) record(OpRecord::kRecv, op.micro_batch, op.chunk, begin);
+      begin = std::chrono::steady_clock::now();
       model_.backward(op.chunk, in.data(), out.data(), b, s, *tp_, state);
+      record(OpRecord::kBackward, op.micro_batch, op.chunk, begin);
       states.erase(op.micro_batch * v + op.chunk);
+      begin = std::chrono::steady_clock::now();
       if (plan_.zero == 2) zero_->reduce_gradients();  // ZeRO-2: shard every micro-batch's gradients
+      if (plan_.zero == 2) record(OpRecord::kDpReduceScatter, op.micro_batch, op.chunk, begin);
       if (vs > 0) pp_->send_async(out.data(), n, static_cast<int>((vs - 1) % p), tag(op.kind, op.micro_batch, vs - 1));
     }
   }
@@ -157,13 +192,20 @@ double Trainer::gradient_norm() {
 StepStats Trainer::step(int64_t step_index) {
   std::vector<Param*> params = model_.params();
   for (Param* p : params) std::fill(p->grad.begin(), p->grad.end(), 0.0f);
+  world_barrier_();
+  records_.clear();
+  step_start_ = std::chrono::steady_clock::now();
   float loss = static_cast<float>(run_micro_batches(step_index));
-  pp_->all_reduce(&loss, 1, ReduceOp::kSum);  // only the last stage holds losses
-  dp_->all_reduce(&loss, 1, ReduceOp::kSum);
+  auto begin = std::chrono::steady_clock::now();
   sync_tied_embedding();
   if (plan_.zero == 1) zero_->reduce_gradients();
   if (plan_.zero == 0)
     for (Param* p : params) dp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
+  if (plan_.dp > 1 && plan_.zero < 2)
+    record(plan_.zero == 0 ? OpRecord::kDpAllReduce : OpRecord::kDpReduceScatter, -1, -1, begin);
+  pp_->all_reduce(&loss, 1, ReduceOp::kSum);  // only the last stage holds losses
+  dp_->all_reduce(&loss, 1, ReduceOp::kSum);
+  begin = std::chrono::steady_clock::now();
   StepStats stats;
   stats.loss = loss / static_cast<double>(plan_.global_batch * plan_.seq_len);
   stats.grad_norm = gradient_norm();
@@ -171,11 +213,12 @@ StepStats Trainer::step(int64_t step_index) {
   ++updates_;
   if (zero_) {
     zero_->step(options_.adam, static_cast<int>(updates_), scale);
-    return stats;
+  } else {
+    for (size_t i = 0; i < params.size(); ++i)
+      kernels::adamw_update(params[i]->value.data(), params[i]->grad.data(), adam_m_[i].data(), adam_v_[i].data(),
+                            static_cast<long>(params[i]->value.size()), options_.adam, static_cast<int>(updates_), scale);
   }
-  for (size_t i = 0; i < params.size(); ++i)
-    kernels::adamw_update(params[i]->value.data(), params[i]->grad.data(), adam_m_[i].data(), adam_v_[i].data(),
-                          static_cast<long>(params[i]->value.size()), options_.adam, static_cast<int>(updates_), scale);
+  record(OpRecord::kOptimizer, -1, -1, begin);
   return stats;
 }
 

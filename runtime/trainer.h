@@ -12,7 +12,10 @@
 // check_runtime_support().
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <cstdint>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -44,6 +47,18 @@ Status check_runtime_support(const Plan& plan);
 // Token `pos` (0..s) of global sequence `seq` at `step`: deterministic, independent of the plan.
 int synthetic_token(uint64_t data_seed, int64_t step, int64_t seq, int64_t pos, int64_t vocab);
 
+// One measured op of a step on this rank, in seconds from the step's start (after a barrier over
+// all ranks).
+struct OpRecord {
+  enum Kind { kForward, kBackward, kRecv, kDpAllReduce, kDpReduceScatter, kOptimizer };
+  Kind kind;
+  int micro_batch = -1, chunk = -1;
+  double start_s = 0, duration_s = 0;
+  // The trace format's canonical name ("F mb=3 chunk=0", "recv pp mb=3", "optimizer", ...).
+  std::string name() const;
+  const char* stream() const;  // compute | pp-recv | dp
+};
+
 struct StepStats {
   double loss = 0;       // mean token loss over the global batch
   double grad_norm = 0;  // before clipping
@@ -60,6 +75,8 @@ class Trainer {
   int64_t dp_bytes() const { return dp_->bytes_sent(); }
   int64_t pp_bytes() const { return pp_->bytes_sent(); }
   const RankCoords& coords() const { return coords_; }
+  // The ops of the last step, measured with a steady clock.
+  const std::vector<OpRecord>& last_step_ops() const { return records_; }
 
  private:
   Trainer(const ModelSpec& m, const Plan& plan, const TrainOptions& o, Transformer model)
@@ -80,6 +97,10 @@ class Trainer {
   std::vector<Buffer> adam_m_, adam_v_;          // ZeRO 0
   std::unique_ptr<DistributedOptimizer> zero_;  // ZeRO 1 and 2
   int64_t updates_ = 0;
+  std::vector<OpRecord> records_;
+  std::function<void()> world_barrier_;
+  std::chrono::steady_clock::time_point step_start_;
+  void record(OpRecord::Kind kind, int mb, int chunk, std::chrono::steady_clock::time_point begin);
 };
 
 }  // namespace parallax
