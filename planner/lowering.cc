@@ -12,7 +12,7 @@ namespace parallax {
 namespace {
 
 double d(int64_t x) { return static_cast<double>(x); }
-constexpr int64_t kMaxBuckets = 16;
+constexpr int64_t kMaxBuckets = 64;  // keeps the task count bounded for very large stages
 
 class Lowerer {
  public:
@@ -20,7 +20,9 @@ class Lowerer {
       : m_(m), c_(c), p_(p), mbs_(p.micro_batches()), v_(p.virtual_stages), last_vs_(p.pp * p.virtual_stages - 1) {
     out_.layer = layer_timing(m, c, p);
     out_.edge = edge_timing(m, c, p);
-    out_.ops = pipeline_ops(p.schedule, p.pp, mbs_, v_);
+    const double layers = d(p.layers_per_chunk(m.layers));
+    out_.ops = pipeline_ops(p.schedule, p.pp, mbs_, v_, layers * out_.layer.forward_s,
+                            layers * out_.layer.backward_input_s, layers * out_.layer.backward_weight_s);
     const ActivationOptions ao{p.seq_len, p.micro_batch, p.tp, p.sequence_parallel, p.recompute, p.execution.attention};
     out_.activation_bytes_per_pass = d(p.layers_per_chunk(m.layers)) * layer_activation_bytes(m, ao).total();
     p2p_ = pipeline_transfer(m, c, p);
@@ -39,7 +41,7 @@ class Lowerer {
       const int32_t r = static_cast<int32_t>(s);
       out_.compute_stream.push_back(g.add_stream(r, StreamKind::kCompute));
       send_.push_back(g.add_stream(r, StreamKind::kPpSend));
-      dp_.push_back(pp_link_.crosses_nodes && dp_link_.crosses_nodes ? send_.back() : g.add_stream(r, StreamKind::kDp));
+      dp_.push_back(g.add_stream(r, StreamKind::kDp));
     }
     for (int64_t s = 0; s < p_.pp; ++s) add_compute(s);
     for (int64_t s = 0; s < p_.pp; ++s) add_transfers(s);
@@ -90,6 +92,7 @@ class Lowerer {
     const auto& ops = out_.ops[s];
     std::vector<size_t> final_bwd = final_backward_per_chunk(s);
     index_.emplace_back(3 * mbs_ * v_, -1);
+    first_index_.emplace_back(3 * mbs_ * v_, -1);
     out_.op_tasks.emplace_back();
     out_.op_first_tasks.emplace_back();
     pieces_.emplace_back(v_);
@@ -97,18 +100,20 @@ class Lowerer {
     for (size_t i = 0; i < ops.size(); ++i) {
       const PipelineOp& op = ops[i];
       const TaskLabel label{static_cast<TaskKind>(op.kind), op.micro_batch, op.chunk};
-      const double dur = op_duration(op, s);
+      const double compute = compute_duration(op, s), tail = op_duration(op, s) - compute;
       const bool slice = buckets > 1 && i == final_bwd[op.chunk];
       TaskId t = -1;
       // The last backward of a chunk is cut into one piece per gradient bucket, so each bucket's
-      // reduction can start when its layers' gradients exist.
-      for (int64_t k = 0; k < (slice ? buckets : 1); ++k) {
-        t = g.add_task(out_.compute_stream[s], slice ? dur / d(buckets) : dur, label);
-        if (slice) pieces_[s][op.chunk].push_back(t);
+      // reduction can start when its layers' gradients exist; a blocking send stays at the end.
+      pieces_[s][op.chunk].clear();
+      const int64_t n = slice ? buckets : 1;
+      for (int64_t k = 0; k < n; ++k) {
+        t = g.add_task(out_.compute_stream[s], compute / d(n) + (k == n - 1 ? tail : 0.0), label);
+        pieces_[s][op.chunk].push_back(t);
       }
-      if (!slice) pieces_[s][op.chunk] = {t};
+      const TaskId first = t - static_cast<TaskId>(n - 1);
       index_[s][key(op.kind, op.micro_batch, op.chunk)] = t;
-      const TaskId first = t - (slice ? static_cast<TaskId>(buckets - 1) : 0);
+      first_index_[s][key(op.kind, op.micro_batch, op.chunk)] = first;
       out_.op_tasks[s].push_back(t);
       out_.op_first_tasks[s].push_back(first);
     }
@@ -122,7 +127,7 @@ class Lowerer {
       const int64_t to = send_target(p_, op, s);
       if (to < 0) continue;
       const TaskId producer = task_of(s, op.kind, op.micro_batch, op.chunk);
-      const TaskId consumer = task_of(to % p_.pp, op.kind, op.micro_batch, to / p_.pp);
+      const TaskId consumer = first_index_[to % p_.pp][key(op.kind, op.micro_batch, to / p_.pp)];
       if (!p_.execution.overlap_p2p) {  // the transfer ends with the producer
         g.add_dependency(producer, consumer);
         continue;
@@ -200,7 +205,7 @@ class Lowerer {
       const PipelineOp& op = out_.ops[s][i];
       if (op.kind != (splits_weight_gradients(p_.schedule) ? OpKind::kWeight : OpKind::kBackward)) continue;
       const TaskId t = g.add_task(dp_[s], collective_time_s(Collective::kReduceScatter, bytes, p_.dp, dp_link_),
-                                  {TaskKind::kDpReduceScatter, op.micro_batch, op.chunk, 0},
+                                  {TaskKind::kDpReduceScatter, op.micro_batch, op.chunk, static_cast<int32_t>(i)},
                                   collective_bytes_per_rank(Collective::kReduceScatter, bytes, p_.dp));
       g.add_dependency(out_.op_tasks[s][i], t);
       block_next_op(s, i, t);
@@ -222,15 +227,17 @@ class Lowerer {
     const auto& ops = out_.ops[s];
     const double ag_s = collective_time_s(Collective::kAllGather, weight_bytes(s), p_.dp, dp_link_);
     const double ag_bytes = collective_bytes_per_rank(Collective::kAllGather, weight_bytes(s), p_.dp);
+    const OpKind release = splits_weight_gradients(p_.schedule) ? OpKind::kWeight : OpKind::kBackward;
     std::vector<TaskId> out;
     for (size_t i = 0; i < ops.size(); ++i) {
       if (ops[i].kind == OpKind::kWeight) continue;
-      const TaskId ag = g.add_task(dp_[s], ag_s, {TaskKind::kDpAllGather, ops[i].micro_batch, ops[i].chunk, 0}, ag_bytes);
+      const TaskId ag = g.add_task(dp_[s], ag_s, {TaskKind::kDpAllGather, ops[i].micro_batch, ops[i].chunk,
+                                                  static_cast<int32_t>(i)}, ag_bytes);
       if (i >= 2) g.add_dependency(out_.op_tasks[s][i - 2], ag);  // at most one gathered copy ahead
       g.add_dependency(ag, out_.op_first_tasks[s][i]);
-      if (i >= 1 && ops[i - 1].kind == OpKind::kBackward) out.push_back(add_zero3_scatter(s, i - 1));
+      if (i >= 1 && ops[i - 1].kind == release) out.push_back(add_zero3_scatter(s, i - 1));
     }
-    if (ops.back().kind == OpKind::kBackward) out.push_back(add_zero3_scatter(s, ops.size() - 1));
+    if (ops.back().kind == release) out.push_back(add_zero3_scatter(s, ops.size() - 1));
     return out;
   }
 
@@ -239,7 +246,7 @@ class Lowerer {
     const PipelineOp& op = out_.ops[s][op_index];
     const double bytes = grad_bytes(s);
     const TaskId rs = g.add_task(dp_[s], collective_time_s(Collective::kReduceScatter, bytes, p_.dp, dp_link_),
-                                 {TaskKind::kDpReduceScatter, op.micro_batch, op.chunk, 0},
+                                 {TaskKind::kDpReduceScatter, op.micro_batch, op.chunk, static_cast<int32_t>(op_index)},
                                  collective_bytes_per_rank(Collective::kReduceScatter, bytes, p_.dp));
     g.add_dependency(out_.op_tasks[s][op_index], rs);
     block_next_op(s, op_index, rs);
@@ -262,7 +269,7 @@ class Lowerer {
   LinkTier pp_link_, dp_link_;
   LoweredStep out_;
   std::vector<StreamId> send_, dp_;
-  std::vector<std::vector<TaskId>> index_;
+  std::vector<std::vector<TaskId>> index_, first_index_;  // an op's last and first task
   std::vector<std::vector<std::vector<TaskId>>> pieces_;  // per stage, per chunk: last backward's pieces
 };
 

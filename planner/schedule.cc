@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 
 namespace parallax {
 
@@ -50,59 +51,66 @@ Ops interleaved(int64_t pp, int64_t m, int64_t v, int64_t stage) {
   return ops;
 }
 
-// ZB-H1: list-schedules every stage with unit-time F, B and W (Qi et al.'s setting) and records
-// the order. A free stage runs, by priority, a B whose gradient has arrived, then an F if it holds
-// fewer than p - s micro-batches without W (1F1B's activation budget), then its oldest pending W.
-// W passes thereby drift into what would be 1F1B's cool-down bubbles.
-std::vector<Ops> zero_bubble_h1(int64_t pp, int64_t m) {
+// ZB-H1: list-schedules every stage with the given F, B and W durations and records the order
+// (with 1/1/1 the setting of Qi et al.). A free stage runs, by priority, a B whose gradient has
+// arrived, then an F whose input has arrived if it holds fewer than p micro-batches without W
+// (1F1B's peak activation budget), then its oldest pending W. W passes thereby drift into what
+// would be 1F1B's bubbles. Event-driven: time jumps from one completion or arrival to the next.
+std::vector<Ops> zero_bubble_h1(int64_t pp, int64_t m, double f, double b, double w) {
+  constexpr double kNever = std::numeric_limits<double>::infinity();
   struct Stage {
-    int64_t next_f = 0, held = 0;     // held: F done, W not yet
-    std::deque<int64_t> ready_b, pending_w;
-    std::vector<int64_t> f_done_at;  // time F(mb) finished, -1 if not yet
-    int64_t busy_until = 0;
+    int64_t next_f = 0, held = 0;                          // held: F done, W not yet
+    std::vector<std::pair<double, int64_t>> arrivals;      // gradients: (time, mb)
+    std::deque<int64_t> pending_w;
+    std::vector<double> f_done;                            // when F(mb) finishes
+    double busy_until = 0;
     Ops ops;
   };
   std::vector<Stage> st(pp);
-  for (Stage& s : st) s.f_done_at.assign(m, -1);
+  for (Stage& s : st) s.f_done.assign(m, kNever);
   int64_t remaining = 3 * pp * m;
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> arrivals(pp);  // (time, mb) of gradients
-  for (int64_t t = 0; remaining > 0; ++t) {
+  for (double now = 0; remaining > 0;) {
     for (int64_t i = 0; i < pp; ++i) {
       Stage& s = st[i];
-      auto& arr = arrivals[i];
-      for (auto it = arr.begin(); it != arr.end();) {
-        if (it->first <= t) {
-          s.ready_b.push_back(it->second);
-          it = arr.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      if (s.busy_until > t) continue;
-      const bool f_input = s.next_f < m && (i == 0 || (st[i - 1].f_done_at[s.next_f] >= 0 &&
-                                                       st[i - 1].f_done_at[s.next_f] <= t));
-      if (!s.ready_b.empty()) {
-        const int64_t mb = s.ready_b.front();
-        s.ready_b.pop_front();
+      if (s.busy_until > now) continue;
+      auto ready_b = std::find_if(s.arrivals.begin(), s.arrivals.end(), [&](auto& a) { return a.first <= now; });
+      const bool f_ready = s.next_f < m && (i == 0 || st[i - 1].f_done[s.next_f] <= now);
+      double dur = 0;
+      if (ready_b != s.arrivals.end()) {
+        const int64_t mb = ready_b->second;
+        s.arrivals.erase(ready_b);
         s.ops.push_back(op(OpKind::kBackward, mb, 0));
         s.pending_w.push_back(mb);
-        if (i > 0) arrivals[i - 1].push_back({t + 1, mb});
-      } else if (f_input && s.held < pp) {
+        dur = b;
+        if (i > 0) st[i - 1].arrivals.push_back({now + dur, mb});
+      } else if (f_ready && s.held < pp) {
         const int64_t mb = s.next_f++;
         s.ops.push_back(op(OpKind::kForward, mb, 0));
-        s.f_done_at[mb] = t + 1;
         ++s.held;
-        if (i == pp - 1) arrivals[i].push_back({t + 1, mb});
+        dur = f;
+        s.f_done[mb] = now + dur;
+        if (i == pp - 1) s.arrivals.push_back({now + dur, mb});
       } else if (!s.pending_w.empty()) {
         s.ops.push_back(op(OpKind::kWeight, s.pending_w.front(), 0));
         s.pending_w.pop_front();
         --s.held;
+        dur = w;
       } else {
         continue;
       }
-      s.busy_until = t + 1;
+      s.busy_until = now + dur;
       --remaining;
     }
+    double next = kNever;  // the earliest completion or arrival after now
+    for (int64_t i = 0; i < pp; ++i) {
+      const Stage& s = st[i];
+      if (s.busy_until > now) next = std::min(next, s.busy_until);
+      for (const auto& a : s.arrivals)
+        if (a.first > now) next = std::min(next, a.first);
+      if (i > 0 && s.next_f < m && st[i - 1].f_done[s.next_f] > now) next = std::min(next, st[i - 1].f_done[s.next_f]);
+    }
+    if (next == kNever) break;  // nothing left can happen (remaining == 0)
+    now = next;
   }
   std::vector<Ops> out;
   for (Stage& s : st) out.push_back(std::move(s.ops));
@@ -113,8 +121,9 @@ std::vector<Ops> zero_bubble_h1(int64_t pp, int64_t m) {
 
 bool splits_weight_gradients(Schedule s) { return s == Schedule::kZbH1; }
 
-std::vector<std::vector<PipelineOp>> pipeline_ops(Schedule s, int64_t pp, int64_t m, int64_t v) {
-  if (s == Schedule::kZbH1) return zero_bubble_h1(pp, m);
+std::vector<std::vector<PipelineOp>> pipeline_ops(Schedule s, int64_t pp, int64_t m, int64_t v, double f_time,
+                                                  double b_time, double w_time) {
+  if (s == Schedule::kZbH1) return zero_bubble_h1(pp, m, f_time, b_time, w_time);
   std::vector<Ops> out;
   for (int64_t stage = 0; stage < pp; ++stage) {
     switch (s) {

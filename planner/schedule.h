@@ -31,8 +31,10 @@ bool splits_weight_gradients(Schedule s);
 inline int64_t virtual_stage(int64_t stage, int64_t chunk, int64_t pp) { return chunk * pp + stage; }
 
 // The ops of every stage, in execution order. Preconditions: pp, m, v >= 1; interleaved needs
-// m % pp == 0 (check_plan enforces both).
-std::vector<std::vector<PipelineOp>> pipeline_ops(Schedule s, int64_t pp, int64_t micro_batches, int64_t chunks);
+// m % pp == 0 (check_plan enforces both). ZB-H1's order is list-scheduled with the given F, B
+// and W durations of a stage (Qi et al.'s unit times by default; the simulator passes its own).
+std::vector<std::vector<PipelineOp>> pipeline_ops(Schedule s, int64_t pp, int64_t micro_batches, int64_t chunks,
+                                                  double f_time = 1, double b_time = 1, double w_time = 1);
 
 // Largest number of chunk-passes a stage holds activations for (F done, B — or for ZB-H1 W — not
 // yet), found by walking its op list.

@@ -14,7 +14,7 @@ namespace {
 // Runs the schedule's op lists as a task graph with the given per-chunk times and instant
 // transfers: F waits for F on the previous virtual stage, B for B on the next.
 Result<Timeline> run_uniform(Schedule s, int64_t p, int64_t m, int64_t v, double f, double b, double w) {
-  const auto ops = pipeline_ops(s, p, m, v);
+  const auto ops = pipeline_ops(s, p, m, v, f, b, w);
   TaskGraph g;
   std::map<std::tuple<int, int, int, int>, TaskId> id;  // (stage, kind, mb, chunk)
   for (int64_t st = 0; st < p; ++st) {
@@ -127,6 +127,14 @@ TEST(Schedule, ZeroBubbleH1CutsTheBubbleTowardsAThird) {
       EXPECT_LE(zb->makespan_s - 3.0 * m, double(std::max<int64_t>(p + 1, 1))) << "p" << p << " m" << m;
       EXPECT_GE(zb->makespan_s - 3.0 * m, double(p - 1));
     }
+}
+
+// With unequal passes the list scheduler uses the real durations: F 1, B 1.2, W 0.8 over p 4,
+// m 64 idles 6.4 — below 1F1B's (p - 1)(F + B + W) = 9, above Qi et al.'s (p - 1)(F + B - W) = 4.2.
+TEST(Schedule, ZeroBubbleH1WithUnequalPasses) {
+  Result<Timeline> zb = run_uniform(Schedule::kZbH1, 4, 64, 1, 1.0, 1.2, 0.8);
+  ASSERT_TRUE(zb.ok());
+  EXPECT_LT(zb->makespan_s - 64 * 3.0, 0.75 * 9.0);
 }
 
 }  // namespace
