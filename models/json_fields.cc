@@ -28,7 +28,7 @@ Result<nlohmann::json> read_json_file(const std::string& path) {
   nlohmann::json parsed;
   try {
     parsed = nlohmann::json::parse(buffer.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // syntax errors, and numbers out of range
     std::string what = e.what();
     auto pos = what.find("parse error");
     return Error{path + ": malformed JSON: " + (pos == std::string::npos ? what : what.substr(pos))};

@@ -6,7 +6,7 @@
 namespace parallax {
 
 namespace {
-int64_t whole_bytes(double bytes) { return std::llround(bytes); }
+int64_t whole_bytes(double bytes) { return std::isfinite(bytes) && bytes < 9e18 ? std::llround(bytes) : -1; }
 }  // namespace
 
 nlohmann::json evaluation_to_json(const ModelSpec& m, const Plan& plan, const Estimate& e) {

@@ -54,6 +54,8 @@ const char* violation_key(Violation v) {
     case Violation::kZeroWithPp: return "zero_2_3_with_pp";
     case Violation::kOffloadNeedsZero: return "offload_needs_zero";
     case Violation::kSeqLenTooLong: return "seq_len_exceeds_max_positions";
+    case Violation::kSequenceParallelSeqLen: return "sequence_parallel_needs_seq_len_multiple_of_tp";
+    case Violation::kTooManyMicroBatches: return "too_many_micro_batches";
     case Violation::kCount: break;
   }
   return "?";
@@ -78,6 +80,8 @@ Violation first_violation(const Plan& p, const ModelSpec& m, int64_t gpus_per_no
   if (p.zero >= 2 && p.pp > 1) return Violation::kZeroWithPp;
   if (p.offload && p.zero < 1) return Violation::kOffloadNeedsZero;
   if (p.seq_len > m.max_positions) return Violation::kSeqLenTooLong;
+  if (p.sequence_parallel && p.seq_len % p.tp != 0) return Violation::kSequenceParallelSeqLen;
+  if (p.micro_batches() > kMaxMicroBatches) return Violation::kTooManyMicroBatches;
   return Violation::kNone;
 }
 
@@ -117,6 +121,11 @@ std::string describe_violation(Violation v, const Plan& p, const ModelSpec& m, i
     case Violation::kOffloadNeedsZero: return "offload needs zero >= 1";
     case Violation::kSeqLenTooLong:
       return "seq_len " + s(p.seq_len) + " exceeds the model's max_position_embeddings " + s(m.max_positions);
+    case Violation::kSequenceParallelSeqLen:
+      return "sequence_parallel splits seq_len " + s(p.seq_len) + " over tp " + s(p.tp) + ": it must divide";
+    case Violation::kTooManyMicroBatches:
+      return "micro-batches m = " + s(p.micro_batches()) + " exceed " + s(kMaxMicroBatches) +
+             " (raise micro_batch or lower global_batch)";
     case Violation::kCount: break;
   }
   return "invalid plan";
@@ -177,6 +186,10 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   e.allocator_margin = f.optional_number("allocator_margin", true).value_or(e.allocator_margin);
   e.microbatch_overhead_us = f.optional_number("microbatch_overhead_us", true).value_or(e.microbatch_overhead_us);
   e.step_overhead_us = f.optional_number("step_overhead_us", true).value_or(e.step_overhead_us);
+  // Bounds that keep every derived byte count and time finite.
+  if (f.ok() && e.dp_bucket_mib > 1e6) f.fail("dp_bucket_mib", "must be <= 1e6");
+  if (f.ok() && e.allocator_margin > 1) f.fail("allocator_margin", "is a fraction and must be <= 1");
+  if (f.ok() && (e.microbatch_overhead_us > 1e9 || e.step_overhead_us > 1e9)) f.fail("overhead", "must be <= 1e9 us");
   return f.error();
 }
 }  // namespace
@@ -187,8 +200,9 @@ Result<Plan> plan_from_json(const nlohmann::json& j, const std::string& where) {
   p.tp = f.required_int("tp");
   p.pp = f.required_int("pp");
   p.dp = f.required_int("dp");
-  p.zero = static_cast<int>(f.required_int("zero", 0));
-  if (f.ok() && p.zero > 3) f.fail("zero", "must be 0, 1, 2 or 3, got " + std::to_string(p.zero));
+  const int64_t zero = f.required_int("zero", 0);
+  if (f.ok() && zero > 3) f.fail("zero", "must be 0, 1, 2 or 3, got " + std::to_string(zero));
+  p.zero = static_cast<int>(std::min<int64_t>(zero, 3));
   p.micro_batch = f.required_int("micro_batch");
   p.global_batch = f.required_int("global_batch");
   p.seq_len = f.required_int("seq_len");

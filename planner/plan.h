@@ -60,6 +60,9 @@ std::optional<Recompute> parse_recompute(const std::string& s);
 std::optional<Precision> parse_precision(const std::string& s);
 
 // Constraints a plan can break. Codes let the search count rejections without building strings.
+// The most micro-batches per step a plan may have: the simulator runs every one of them.
+constexpr int64_t kMaxMicroBatches = 100000;
+
 enum class Violation {
   kNone,
   kTpHeads,              // attention heads not divisible by TP
@@ -76,6 +79,8 @@ enum class Violation {
   kZeroWithPp,           // ZeRO-2/3 shard gradients per micro-batch; no framework pipelines them
   kOffloadNeedsZero,
   kSeqLenTooLong,
+  kSequenceParallelSeqLen,  // SP splits the sequence over TP: seq_len must divide by tp
+  kTooManyMicroBatches,     // m above kMaxMicroBatches
   kCount
 };
 const char* violation_key(Violation v);  // short snake_case name, for rejection tables

@@ -79,7 +79,9 @@ std::vector<SchedulePick> schedules_for(const ModelSpec& m, int64_t pp) {
 }
 
 bool redundant(const Plan& p) {
-  if (p.zero > 0 && p.dp == 1) return true;                        // nothing to shard
+  // With one DP rank ZeRO shards nothing; only offload (ZeRO-1: optimizer, ZeRO-3: weights too)
+  // changes anything.
+  if (p.zero > 0 && p.dp == 1 && (!p.offload || p.zero == 2)) return true;
   if (p.pp == 1 && p.schedule != Schedule::k1F1B) return true;     // one stage: no schedule
   return false;
 }
@@ -236,7 +238,8 @@ Result<SearchResult> search(const ModelSpec& m, const ClusterSpec& c, const Sear
   for (size_t ti = 0; ti < tps.size(); ++ti)
     for (int64_t pp : divisors(o.gpus / tps[ti])) work.emplace_back(ti, tps[ti], pp);
 
-  const int threads = std::max(1, o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  const int hardware = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = std::clamp(o.threads > 0 ? o.threads : hardware, 1, std::max(1, std::min<int>(4 * hardware, static_cast<int>(work.size()))));
   std::vector<Worker> workers;
   workers.reserve(threads);
   for (int i = 0; i < threads; ++i) workers.emplace_back(m, c, o, table);

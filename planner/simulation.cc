@@ -20,11 +20,15 @@ bool is_dp(TaskKind k) {
 void compute_stream_stats(const Simulation& sim, std::vector<StageReport>& stages) {
   const TaskGraph& g = sim.step.graph;
   const Timeline& tl = sim.timeline;
-  // op task -> the transfer (or, blocking, the sending op on another stage) it waits for
-  std::vector<TaskId> incoming(g.task_count(), -1);
-  for (const auto& [before, after] : g.dependencies())
-    if (is_send(g.label(before).kind) || g.stream_rank(g.stream(before)) != g.stream_rank(g.stream(after)))
-      if (g.stream_kind(g.stream(after)) == StreamKind::kCompute) incoming[after] = before;
+  // op task -> the transfer (or, blocking, the sending op on another stage) or the DP task it
+  // waits for
+  std::vector<TaskId> incoming(g.task_count(), -1), dp_gate(g.task_count(), -1);
+  for (const auto& [before, after] : g.dependencies()) {
+    if (g.stream_kind(g.stream(after)) != StreamKind::kCompute) continue;
+    if (is_dp(g.label(before).kind)) dp_gate[after] = before;
+    else if (is_send(g.label(before).kind) || g.stream_rank(g.stream(before)) != g.stream_rank(g.stream(after)))
+      incoming[after] = before;
+  }
   // Task ids grow in each stream's program order, so one pass sees every compute stream in order.
   std::vector<double> prev_finish(stages.size(), 0.0);
   for (size_t i = 0; i < g.task_count(); ++i) {
@@ -36,7 +40,8 @@ void compute_stream_stats(const Simulation& sim, std::vector<StageReport>& stage
     r.busy_s += g.duration_s(t);
     r.pipeline_end_s = std::max(r.pipeline_end_s, tl.finish_s[t]);
     const double gap = tl.start_s[t] - prev_finish[s];
-    if (gap > 0 && incoming[t] >= 0 && tl.finish_s[incoming[t]] >= tl.start_s[t]) r.exposed_pp_s += gap;
+    if (gap > 0 && dp_gate[t] >= 0 && tl.finish_s[dp_gate[t]] >= tl.start_s[t]) r.dp_stall_s += gap;  // ZeRO-2/3
+    else if (gap > 0 && incoming[t] >= 0 && tl.finish_s[incoming[t]] >= tl.start_s[t]) r.exposed_pp_s += gap;
     prev_finish[s] = tl.finish_s[t];
   }
   // Blocking sends hold the sender's compute stream.
@@ -72,11 +77,19 @@ void summarise(const ModelSpec& m, const ClusterSpec& c, const Plan& p, Simulati
   const double reserved = c.gpu.reserved_gib * 1073741824.0;
   const double layer_passes = d(p.micro_batches()) * d(m.layers / p.pp);
   double bubble_sum = 0;
+  std::vector<double> dp_end(sim.stages.size(), 0.0);  // last DP task's finish per stage
+  const TaskGraph& g = sim.step.graph;
+  for (size_t i = 0; i < g.task_count(); ++i)
+    if (is_dp(g.label(static_cast<TaskId>(i)).kind)) {
+      const size_t st = static_cast<size_t>(g.stream_rank(g.stream(static_cast<TaskId>(i))));
+      dp_end[st] = std::max(dp_end[st], tl.finish_s[i]);
+    }
   for (size_t s = 0; s < sim.stages.size(); ++s) {
     StageReport& r = sim.stages[s];
     const TaskId opt = sim.step.optimizer[s];
     r.tp_s = layer_passes * sim.step.layer.tp_comm_s;
-    r.exposed_dp_s = (tl.start_s[opt] - r.pipeline_end_s) + (tl.makespan_s - tl.finish_s[opt]);
+    // Waiting for DP reductions before the optimizer, and the ZeRO all-gather after it.
+    r.exposed_dp_s = r.dp_stall_s + (tl.start_s[opt] - r.pipeline_end_s) + (dp_end[s] > tl.finish_s[opt] ? dp_end[s] - tl.finish_s[opt] : 0);
     r.peak_in_flight = max_in_flight(sim.step.ops[s], p.schedule);
     r.memory = stage_memory(m, p, static_cast<int64_t>(s), reserved);
     // Activations as the schedule holds them (the memory model's closed form is replaced).
@@ -84,14 +97,17 @@ void summarise(const ModelSpec& m, const ClusterSpec& c, const Plan& p, Simulati
                                                     static_cast<int64_t>(s)));
     const double scale = p.precision == Precision::kFp32 ? 2.0 : 1.0;
     r.memory.activations += (d(r.peak_in_flight) - formula) * sim.step.activation_bytes_per_pass * scale;
-    e.pipeline_s = std::max(e.pipeline_s, r.pipeline_end_s);
+    const double allocated = r.memory.weights + r.memory.gradients + r.memory.optimizer + r.memory.activations +
+                             r.memory.buffers;
+    r.memory.margin = p.execution.allocator_margin * allocated + reserved;
+    e.pipeline_s = std::max(e.pipeline_s, r.pipeline_end_s - r.dp_stall_s);
     e.optimizer_s = std::max(e.optimizer_s, tl.finish_s[opt] - tl.start_s[opt]);
     e.dp_exposed_s = std::max(e.dp_exposed_s, r.exposed_dp_s);
     e.tp_exposed_s = std::max(e.tp_exposed_s, r.tp_s);
     if (s == 0 || r.memory.total() > e.memory.total()) e.memory = r.memory;
   }
   for (StageReport& r : sim.stages) {
-    r.bubble_s = e.pipeline_s - r.busy_s;
+    r.bubble_s = std::max(0.0, e.pipeline_s - r.busy_s);
     bubble_sum += r.bubble_s;
   }
   e.step_time_s = tl.makespan_s;

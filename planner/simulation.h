@@ -19,7 +19,8 @@ struct StageReport {
   double busy_s = 0;        // F/B/W compute, TP collectives inside included
   double bubble_s = 0;      // compute stream idle before the stage's pipeline work ends
   double exposed_pp_s = 0;  // compute waiting for an activation or gradient in flight
-  double exposed_dp_s = 0;  // waiting for DP/ZeRO communication before and after the optimizer
+  double exposed_dp_s = 0;  // waiting for DP/ZeRO communication: stalls, before and after the optimizer
+  double dp_stall_s = 0;    // of which blocking ZeRO-2/3 reductions between ops
   double tp_s = 0;          // TP collectives on the critical path
   double pipeline_end_s = 0;
   int64_t peak_in_flight = 0;  // chunk-passes whose activations the stage holds at its peak

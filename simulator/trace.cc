@@ -104,6 +104,20 @@ std::string fmt(double v) {
 
 }  // namespace
 
+static std::string xml_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 std::string pipeline_svg(const TaskGraph& g, const Timeline& tl, const std::string& title) {
   int32_t ranks = 0;
   for (size_t s = 0; s < g.stream_count(); ++s) ranks = std::max(ranks, g.stream_rank(static_cast<StreamId>(s)) + 1);
@@ -113,7 +127,7 @@ std::string pipeline_svg(const TaskGraph& g, const Timeline& tl, const std::stri
   std::ostringstream svg;
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + width + 20 << "\" height=\"" << height
       << "\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text x=\"" << left << "\" y=\"20\" font-size=\"13\">" << title << "</text>\n";
+      << "<text x=\"" << left << "\" y=\"20\" font-size=\"13\">" << xml_escape(title) << "</text>\n";
   for (int32_t r = 0; r < ranks; ++r)
     svg << "<text x=\"4\" y=\"" << top + r * row + 16 << "\">stage " << r << "</text>\n";
   for (size_t i = 0; i < g.task_count(); ++i) {

@@ -1,6 +1,7 @@
 #include "tools/cli.h"
 
 #include <cmath>
+#include <numeric>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -42,11 +43,14 @@ ClusterSpec load_cluster_or_fail(const std::string& name_or_path) {
 
 int64_t default_seq_len(const ModelSpec& m) { return std::min<int64_t>(m.max_positions, 4096); }
 
-int64_t default_global_batch(int64_t seq_len) {
+int64_t default_global_batch(int64_t seq_len, int64_t gpus) {
   // About 4M tokens per step (Llama 2 and 3 pre-training), rounded to a power of two so that it
-  // divides by the usual DP degrees.
+  // divides by the usual DP degrees, then up to a multiple of the GPU count's odd part (6 GPUs:
+  // of 3) so that every DP degree the GPUs allow can divide it.
   const double sequences = 4194304.0 / static_cast<double>(seq_len);
-  return std::max<int64_t>(1, static_cast<int64_t>(std::exp2(std::round(std::log2(sequences)))));
+  const int64_t pow2 = std::max<int64_t>(1, static_cast<int64_t>(std::exp2(std::round(std::log2(sequences)))));
+  const int64_t odd = gpus / std::gcd(gpus, pow2);
+  return (pow2 + odd - 1) / odd * odd;
 }
 
 Precision parse_precision_or_fail(const std::string& text) {

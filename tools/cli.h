@@ -33,7 +33,7 @@ ClusterSpec load_cluster_or_fail(const std::string& name_or_path);
 
 // Defaults the tools state in their output when the user gave none.
 int64_t default_seq_len(const ModelSpec& m);
-int64_t default_global_batch(int64_t seq_len);
+int64_t default_global_batch(int64_t seq_len, int64_t gpus = 1);
 
 Precision parse_precision_or_fail(const std::string& text);
 Schedule parse_schedule_or_fail(const std::string& text);

@@ -148,7 +148,7 @@ int run(int argc, char** argv) {
   nlohmann::json defaults = nlohmann::json::object();
   so.gpus = o.gpus;
   so.seq_len = o.seq_len > 0 ? o.seq_len : cli::default_seq_len(m);
-  so.global_batch = o.global_batch > 0 ? o.global_batch : cli::default_global_batch(so.seq_len);
+  so.global_batch = o.global_batch > 0 ? o.global_batch : cli::default_global_batch(so.seq_len, o.gpus);
   so.precision = cli::parse_precision_or_fail(o.precision);
   if (!app.count("--seq-len")) defaults["seq_len"] = so.seq_len;
   if (!app.count("--global-batch")) defaults["global_batch"] = so.global_batch;

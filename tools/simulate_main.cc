@@ -45,7 +45,7 @@ Plan plan_from_flags(const Options& o, const CLI::App& app, const ModelSpec& m, 
   }
   p.global_batch = o.global_batch;
   if (!app.count("--global-batch")) {
-    p.global_batch = cli::default_global_batch(p.seq_len);
+    p.global_batch = cli::default_global_batch(p.seq_len, p.tp * p.pp * p.dp);
     defaults["global_batch"] = p.global_batch;
   } else if (o.global_batch < 1) {
     cli::fail("--global-batch must be >= 1");
@@ -159,6 +159,11 @@ int run(int argc, char** argv) {
   const ModelSpec m = cli::load_model_or_fail(o.model);
   const ClusterSpec c = cli::load_cluster_or_fail(o.cluster);
   nlohmann::json defaults = nlohmann::json::object();
+  if (!o.plan_file.empty())
+    for (const char* flag : {"--tp", "--pp", "--dp", "--zero", "--micro-batch", "--global-batch", "--schedule",
+                             "--virtual-stages", "--recompute", "--sequence-parallel", "--seq-len", "--precision",
+                             "--offload", "--tp-across-nodes", "--overlap-grad-reduce"})
+      if (app.count(flag)) cli::fail(std::string(flag) + " cannot be combined with --plan (edit the plan file)");
   Plan plan = o.plan_file.empty() ? plan_from_flags(o, app, m, defaults) : cli::value_or_fail(load_plan(o.plan_file));
   if (Status s = check_plan(plan, m, c.node.gpus); !s.ok()) cli::fail(s.error());
   if (c.max_nodes > 0 && plan.gpus() > c.max_nodes * c.node.gpus)

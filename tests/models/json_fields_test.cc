@@ -22,6 +22,12 @@ TEST(ReadJsonFile, MalformedJsonNamesFileAndPosition) {
   EXPECT_NE(j.error().find("line 1"), std::string::npos) << j.error();
 }
 
+TEST(ReadJsonFile, NumberOutOfRangeIsAnError) {
+  Result<nlohmann::json> j = read_json_file(write_temp("{\"a\": 1e400}"));
+  ASSERT_FALSE(j.ok());
+  EXPECT_NE(j.error().find("malformed JSON"), std::string::npos) << j.error();
+}
+
 TEST(ReadJsonFile, TopLevelMustBeAnObject) {
   Result<nlohmann::json> j = read_json_file(write_temp("[1, 2]"));
   ASSERT_FALSE(j.ok());

@@ -54,6 +54,10 @@ TEST(Plan, ViolationsNameTheConstraint) {
   EXPECT_EQ(error([](Plan& p) { p.zero = 0; p.offload = true; }), "invalid plan: offload needs zero >= 1");
   EXPECT_EQ(error([](Plan& p) { p.seq_len = 8192; }),
             "invalid plan: seq_len 8192 exceeds the model's max_position_embeddings 4096");
+  EXPECT_EQ(error([](Plan& p) { p.seq_len = 4092; }),
+            "invalid plan: sequence_parallel splits seq_len 4092 over tp 8: it must divide");
+  EXPECT_EQ(error([](Plan& p) { p.micro_batch = 1; p.global_batch = 200008 * 2; p.schedule = Schedule::k1F1B; p.virtual_stages = 1; }),
+            "invalid plan: micro-batches m = 200008 exceed 100000 (raise micro_batch or lower global_batch)");
   // TP must stay inside a node unless allowed.
   const ModelSpec gpt = load("gpt-1t");  // 160 heads
   Plan p = base();
@@ -84,6 +88,8 @@ TEST(Plan, JsonErrorsNameTheKey) {
   EXPECT_EQ(error({{"micro_batch", "2"}}), "p.json: key 'micro_batch': expected an integer, got \"2\"");
   EXPECT_EQ(error({{"precision", "int8"}}),
             "p.json: key 'precision': unknown value 'int8' (expected fp32|bf16|fp16)");
+  EXPECT_EQ(error({{"zero", 4294967296}}), "p.json: key 'zero': must be 0, 1, 2 or 3, got 4294967296");
+  EXPECT_EQ(error({{"execution", {{"dp_bucket_mib", 1e300}}}}), "p.json: execution: key 'dp_bucket_mib': must be <= 1e6");
   EXPECT_EQ(error({{"execution", {{"attention", "paged"}}}}),
             "p.json: execution: key 'attention': unknown value 'paged' (expected flash|materialized)");
 }

@@ -111,6 +111,13 @@ TEST(Planner, BadInputs) {
   expect_bad_input(run("planner", "--model 13b --gpus 8 --seq-len 100000"), "exceeds max_position_embeddings");
   expect_bad_input(run("planner", "--model llama3.1-405b --gpus 1"), "no plan of model 'llama3.1-405b' fits 1 GPU(s)");
   expect_bad_input(run("planner", "--model 13b --gpus 8 --cluster nowhere"), "nowhere: cannot open file");
+  ToolRun many_threads = run("planner", "--model gpt2 --gpus 8 --threads 100000 --top 1");
+  EXPECT_EQ(many_threads.code, 0) << many_threads.err;
+  // The default batch adapts to odd GPU counts: 6 GPUs get 1026 sequences, not 1024.
+  ToolRun six = run("planner", "--model 13b --gpus 6 --format json --top 1");
+  ASSERT_EQ(six.code, 0) << six.err;
+  EXPECT_EQ(nlohmann::json::parse(six.out)["global_batch"], 1026);
+  expect_bad_input(run("simulate", "--model 13b --plan x.json --tp 8"), "--tp cannot be combined with --plan");
 }
 
 TEST(Planner, BadModelFiles) {
