@@ -106,7 +106,9 @@ void write_pictures(const Options& o, const ModelSpec& m, const ClusterSpec& c, 
                     const Simulation& sim) {
   if (!o.trace.empty()) {
     const nlohmann::json meta = {{"source", "parallax simulate"}, {"plan", plan_to_json(plan)},
-                                 {"model", m.name}, {"cluster", c.name}};
+                                 {"model", m.name}, {"cluster", c.name},
+                                 {"step_time_s", sim.estimate.step_time_s},
+                                 {"peak_memory_bytes", sim.estimate.peak_memory_bytes}};
     if (Status s = write_text_file(o.trace, simulation_trace(m, plan, sim, meta).dump()); !s.ok()) cli::fail(s.error());
   }
   if (!o.svg.empty()) {

@@ -9,13 +9,14 @@
 #include "runtime/buffer.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/trainer.h"
+#include "simulator/trace.h"
 #include "tools/cli.h"
 
 namespace parallax {
 namespace {
 
 struct Options {
-  std::string plan_file, model, format = "table";
+  std::string plan_file, model, format = "table", trace;
   int64_t steps = 5;
   uint64_t seed = 1234;
   double lr = 1e-3;
@@ -34,6 +35,47 @@ double median(std::vector<double> v) {
   }
   finalize_mpi();
   cli::fail(message);
+}
+
+// Gathers the last step's ops of every stage's representative rank (TP 0, DP 0) to rank 0, which
+// writes them as a Chrome trace in the simulator's format: one process per pipeline stage.
+void write_trace(const Options& o, const Plan& plan, const ModelSpec& m, Trainer& trainer, Communicator& world,
+                 double step_time_s) {
+  constexpr int kFields = 5;  // kind, mb, chunk, start us, duration us
+  const bool representative = trainer.coords().tp == 0 && trainer.coords().dp == 0;
+  const std::vector<OpRecord>& ops = trainer.last_step_ops();
+  float count = representative ? static_cast<float>(ops.size()) : 0.0f;
+  world.all_reduce(&count, 1, ReduceOp::kMax);
+  const int64_t slots = static_cast<int64_t>(count) * kFields;
+  std::vector<float> mine(slots, -1.0f), all(slots * world.size());
+  for (size_t i = 0; representative && i < ops.size(); ++i) {
+    const float rec[kFields] = {static_cast<float>(ops[i].kind), static_cast<float>(ops[i].micro_batch),
+                                static_cast<float>(ops[i].chunk), static_cast<float>(ops[i].start_s * 1e6),
+                                static_cast<float>(ops[i].duration_s * 1e6)};
+    std::copy(rec, rec + kFields, mine.begin() + static_cast<int64_t>(i) * kFields);
+  }
+  world.all_gather(all.data(), mine.data(), slots);
+  if (world.rank() != 0) return;
+  nlohmann::json events = nlohmann::json::array();
+  for (int r = 0; r < world.size(); ++r) {
+    const int stage = rank_coords(plan, r).pp;
+    for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) {
+      const float* rec = all.data() + (static_cast<int64_t>(r) * static_cast<int64_t>(count) + i) * kFields;
+      if (rec[0] < 0) continue;
+      const OpRecord op{static_cast<OpRecord::Kind>(static_cast<int>(rec[0])), static_cast<int>(rec[1]),
+                        static_cast<int>(rec[2]), 0, 0};
+      const std::string stream = op.stream();
+      const int tid = stream == "compute" ? 0 : stream == "pp-recv" ? 3 : 4;
+      events.push_back({{"ph", "X"}, {"pid", stage}, {"tid", tid}, {"name", op.name()}, {"ts", rec[3]}, {"dur", rec[4]}});
+    }
+  }
+  for (int64_t stage = 0; stage < plan.pp; ++stage)
+    events.push_back({{"ph", "M"}, {"pid", stage}, {"name", "process_name"}, {"args", {{"name", "stage " + std::to_string(stage)}}}});
+  const nlohmann::json trace = {
+      {"traceEvents", events}, {"displayTimeUnit", "ms"},
+      {"metadata", {{"source", "parallax train"}, {"plan", plan_to_json(plan)}, {"model", m.name},
+                    {"step_time_s", step_time_s}, {"peak_memory_bytes", MemoryTracker::peak_bytes()}}}};
+  if (Status st = write_text_file(o.trace, trace.dump()); !st.ok()) cli::fail(st.error());
 }
 
 void report(const Options& o, const Plan& plan, Trainer& trainer, Communicator& world,
@@ -71,6 +113,7 @@ int run(int argc, char** argv) {
   app.add_option("--seed", o.seed, "parameter initialization seed")->capture_default_str();
   app.add_option("--lr", o.lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--format", o.format, "table|json")->capture_default_str();
+  app.add_option("--trace", o.trace, "write the last step as a Chrome trace (the simulator's format)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -99,6 +142,7 @@ int run(int argc, char** argv) {
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   report(o, *plan, **trainer, *world, losses, times);
+  if (!o.trace.empty()) write_trace(o, *plan, *m, **trainer, *world, times.back());
   trainer = Error{"done"};  // release communicators before MPI_Finalize
   world.reset();
   finalize_mpi();

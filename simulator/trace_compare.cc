@@ -1,0 +1,154 @@
+#include "simulator/trace_compare.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+namespace parallax {
+
+namespace {
+
+struct Event {
+  int pid, tid;
+  std::string name;
+  double start_s, duration_s;
+};
+
+Result<std::vector<Event>> complete_events(const nlohmann::json& trace, const char* which) {
+  if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array())
+    return Error{std::string(which) + " trace: missing 'traceEvents' array"};
+  std::vector<Event> out;
+  for (const auto& e : trace["traceEvents"]) {
+    if (!e.is_object() || e.value("ph", "") != "X") continue;
+    if (!e.contains("name") || !e["name"].is_string() || !e.contains("ts") || !e["ts"].is_number() ||
+        !e.contains("dur") || !e["dur"].is_number() || !e.contains("pid") || !e["pid"].is_number_integer())
+      return Error{std::string(which) + " trace: an event lacks name, pid, ts or dur"};
+    out.push_back({e["pid"].get<int>(), e.value("tid", 0), e["name"].get<std::string>(), e["ts"].get<double>() * 1e-6,
+                   e["dur"].get<double>() * 1e-6});
+  }
+  if (out.empty()) return Error{std::string(which) + " trace: no complete ('X') events"};
+  return out;
+}
+
+std::string kind_of(const std::string& name) {
+  for (const char* prefix : {"send pp", "recv pp", "optimizer"})
+    if (name.rfind(prefix, 0) == 0) return prefix;
+  if (name.find(" dp ") != std::string::npos) return "dp";
+  if (name.find(" tp ") != std::string::npos) return "tp";
+  return name.substr(0, name.find(' '));
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+TraceSummary summarise(const std::vector<Event>& events, const nlohmann::json& trace) {
+  TraceSummary s;
+  double begin = events.front().start_s, end = 0;
+  std::map<int, double> busy;
+  for (const Event& e : events) {
+    begin = std::min(begin, e.start_s);
+    end = std::max(end, e.start_s + e.duration_s);
+    if (e.tid == 0) busy[e.pid] += e.duration_s;
+  }
+  const nlohmann::json meta = trace.value("metadata", nlohmann::json::object());
+  s.step_time_s = meta.contains("step_time_s") && meta["step_time_s"].is_number() ? meta["step_time_s"].get<double>()
+                                                                                   : end - begin;
+  double idle = 0;
+  for (const auto& [pid, b] : busy) idle += std::max(0.0, (end - begin) - b) / (end - begin);
+  s.bubble_fraction = busy.empty() ? 0 : idle / static_cast<double>(busy.size());
+  if (meta.contains("peak_memory_bytes") && meta["peak_memory_bytes"].is_number())
+    s.peak_memory_bytes = meta["peak_memory_bytes"].get<double>();
+  return s;
+}
+
+}  // namespace
+
+double relative_error(double predicted, double measured) { return measured != 0 ? predicted / measured - 1 : 0; }
+
+Result<Comparison> compare_traces(const nlohmann::json& predicted, const nlohmann::json& measured) {
+  Result<std::vector<Event>> p = complete_events(predicted, "predicted");
+  if (!p.ok()) return Error{p.error()};
+  Result<std::vector<Event>> m = complete_events(measured, "measured");
+  if (!m.ok()) return Error{m.error()};
+  Comparison c;
+  c.predicted = summarise(*p, predicted);
+  c.measured = summarise(*m, measured);
+  // Match the k-th occurrence of (pid, name) in one trace with the k-th in the other.
+  std::map<std::pair<int, std::string>, std::vector<double>> pred, meas;
+  for (const Event& e : *p) pred[{e.pid, e.name}].push_back(e.duration_s);
+  for (const Event& e : *m) meas[{e.pid, e.name}].push_back(e.duration_s);
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_kind;
+  for (const auto& [key, pd] : pred) {
+    auto it = meas.find(key);
+    const size_t both = it == meas.end() ? 0 : std::min(pd.size(), it->second.size());
+    c.unmatched_predicted += static_cast<int>(pd.size() - both);
+    for (size_t i = 0; i < both; ++i) {
+      c.ops.push_back({key.first, key.second, pd[i], it->second[i]});
+      by_kind[kind_of(key.second)].first.push_back(pd[i]);
+      by_kind[kind_of(key.second)].second.push_back(it->second[i]);
+    }
+  }
+  for (const auto& [key, md] : meas) {
+    auto it = pred.find(key);
+    c.unmatched_measured += static_cast<int>(md.size() - (it == pred.end() ? 0 : std::min(md.size(), it->second.size())));
+  }
+  for (const auto& [kind, pm] : by_kind)
+    c.kinds.push_back({kind, static_cast<int>(pm.first.size()), median(pm.first), median(pm.second)});
+  return c;
+}
+
+namespace {
+std::string pct(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%+.1f%%", 100 * x);
+  return b;
+}
+std::string num(double x, const char* fmt = "%.6g") {
+  char b[48];
+  std::snprintf(b, sizeof b, fmt, x);
+  return b;
+}
+}  // namespace
+
+std::string comparison_markdown(const Comparison& c) {
+  std::ostringstream o;
+  o << "| quantity | predicted | measured | error |\n|---|---:|---:|---:|\n"
+    << "| step time (s) | " << num(c.predicted.step_time_s) << " | " << num(c.measured.step_time_s) << " | "
+    << pct(relative_error(c.predicted.step_time_s, c.measured.step_time_s)) << " |\n"
+    << "| bubble | " << pct(c.predicted.bubble_fraction).substr(1) << " | " << pct(c.measured.bubble_fraction).substr(1)
+    << " | |\n"
+    << "| peak memory (bytes) | " << num(c.predicted.peak_memory_bytes, "%.0f") << " | "
+    << num(c.measured.peak_memory_bytes, "%.0f") << " | "
+    << pct(relative_error(c.predicted.peak_memory_bytes, c.measured.peak_memory_bytes)) << " |\n\n"
+    << "| op kind | matched | predicted median (s) | measured median (s) | error |\n|---|---:|---:|---:|---:|\n";
+  for (const KindSummary& k : c.kinds)
+    o << "| " << k.kind << " | " << k.count << " | " << num(k.predicted_median_s) << " | " << num(k.measured_median_s)
+      << " | " << pct(relative_error(k.predicted_median_s, k.measured_median_s)) << " |\n";
+  o << "\n" << c.ops.size() << " events matched by (stage, name); " << c.unmatched_predicted
+    << " predicted and " << c.unmatched_measured << " measured events have no counterpart.\n";
+  return o.str();
+}
+
+nlohmann::json comparison_json(const Comparison& c) {
+  auto summary = [](const TraceSummary& s) {
+    return nlohmann::json{{"step_time_s", s.step_time_s}, {"bubble_fraction", s.bubble_fraction},
+                          {"peak_memory_bytes", s.peak_memory_bytes}};
+  };
+  nlohmann::json kinds = nlohmann::json::array(), ops = nlohmann::json::array();
+  for (const KindSummary& k : c.kinds)
+    kinds.push_back({{"kind", k.kind}, {"matched", k.count}, {"predicted_median_s", k.predicted_median_s},
+                     {"measured_median_s", k.measured_median_s},
+                     {"error", relative_error(k.predicted_median_s, k.measured_median_s)}});
+  for (const MatchedOp& m : c.ops)
+    ops.push_back({{"stage", m.pid}, {"name", m.name}, {"predicted_s", m.predicted_s}, {"measured_s", m.measured_s}});
+  return {{"predicted", summary(c.predicted)}, {"measured", summary(c.measured)},
+          {"step_time_error", relative_error(c.predicted.step_time_s, c.measured.step_time_s)},
+          {"kinds", kinds}, {"ops", ops}, {"unmatched_predicted", c.unmatched_predicted},
+          {"unmatched_measured", c.unmatched_measured}};
+}
+
+}  // namespace parallax
