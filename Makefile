@@ -15,6 +15,7 @@ build: deps
 
 demo: build
 	$(BUILD)/bin/planner --model models/13b.json --gpus 64
+	@tools/demo-loop.sh $(BUILD)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

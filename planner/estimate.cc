@@ -167,8 +167,9 @@ double exposed_reduction(double time_s, double window_s, double bytes, const Pla
 double optimizer_step_s(const ClusterSpec& c, const Plan& plan, double stage_params) {
   const double local = stage_params / (plan.zero >= 1 ? d(plan.dp) : 1.0);
   const ModelStateBytesPerParam bpp = bytes_per_param(plan.precision);
-  const double bytes_per_param = 4 * bpp.gradients + 30;
-  if (!plan.offload) return memory_time_s(c.gpu, local * bytes_per_param);
+  // fp32 has no master copy to cast from: norm (g), Adam (g + 12 read, 12 written), zero (g).
+  const double bytes_per_param = plan.precision == Precision::kFp32 ? 3 * bpp.gradients + 24 : 4 * bpp.gradients + 30;
+  if (!plan.offload) return local * bytes_per_param / (c.gpu.hbm_gbps * 1e9 * c.gpu.optimizer_efficiency);
   const double host_bw = c.host.memory_gbps * 1e9 / d(c.node.gpus);
   return local * bytes_per_param / host_bw + local * (bpp.gradients + bpp.weights) / (c.host.pcie_gbps * 1e9);
 }

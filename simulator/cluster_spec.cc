@@ -42,6 +42,8 @@ Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
   g.gemm_tile_n = f.required_int("gemm_tile_n");
   read_fraction(f, "flash_attention_efficiency", g.flash_attention_efficiency);
   read_fraction(f, "memory_efficiency", g.memory_efficiency);
+  g.optimizer_efficiency = f.optional_number("optimizer_efficiency").value_or(g.memory_efficiency);
+  if (f.ok() && g.optimizer_efficiency > 1.0) f.fail("optimizer_efficiency", "is a fraction and must be <= 1");
   g.reserved_gib = f.required_number("reserved_gib", /*allow_zero=*/true);
   require_source(f);
   if (f.ok() && g.reserved_gib >= g.hbm_gib) f.fail("reserved_gib", "must be less than hbm_gib");

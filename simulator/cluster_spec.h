@@ -32,6 +32,7 @@ struct GpuSpec {
   int64_t gemm_tile_m = 0, gemm_tile_n = 0;
   double flash_attention_efficiency = 0;  // fraction of peak a fused attention kernel reaches
   double memory_efficiency = 0;           // fraction of HBM bandwidth elementwise kernels reach
+  double optimizer_efficiency = 0;        // the same for the optimizer's passes (default: memory_efficiency)
   double reserved_gib = 0;                // CUDA context, NCCL and cuBLAS workspaces
 
   double peak_flops(Precision p) const;

@@ -1,0 +1,44 @@
+// The closed loop on CPU: calibrate, simulate a small GPT's DP step on the calibrated cluster,
+// train it under mpirun and compare. Timing on a shared 2-core machine is noisy, so this test only
+// bounds the step-time error loosely (50%); measured figures go into bench/results.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+std::string bin(const std::string& tool) {
+  const char* dir = std::getenv("PARALLAX_BIN_DIR");
+  return std::string(dir ? dir : "build/bin") + "/" + tool;
+}
+
+int sh(const std::string& cmd) {
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(Loop, SimulatedStepWithinBoundsOfMeasured) {
+  const std::string dir = testing::TempDir() + "/loop_" + std::to_string(getpid());
+  const std::string src = PARALLAX_SOURCE_DIR;
+  const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe -np 2 ";
+  ASSERT_EQ(sh("mkdir -p " + dir), 0);
+  ASSERT_EQ(sh(mpirun + bin("calibrate") + " --quick --out " + dir + "/cpu.json"), 0);
+  const std::string model = " --model " + src + "/tests/data/small-gpt.json --plan " + src + "/tests/data/demo-plan.json";
+  ASSERT_EQ(sh(bin("simulate") + model + " --cluster " + dir + "/cpu.json --trace " + dir + "/sim.json > /dev/null"), 0);
+  ASSERT_EQ(sh(mpirun + bin("train") + model + " --steps 3 --trace " + dir + "/run.json > /dev/null"), 0);
+  ASSERT_EQ(sh(bin("compare") + " --predicted " + dir + "/sim.json --measured " + dir + "/run.json --format json > " +
+               dir + "/cmp.json"),
+            0);
+  std::ifstream in(dir + "/cmp.json");
+  const nlohmann::json c = nlohmann::json::parse(in);
+  EXPECT_LT(std::abs(c["step_time_error"].get<double>()), 0.5) << c.dump(2);
+  EXPECT_GT(c["ops"].size(), 4u);
+}
+
+}  // namespace

@@ -1,0 +1,49 @@
+// calibrate: measures this machine and writes a cluster description the simulator reads.
+//   mpirun -np 2 calibrate [--quick] [--out cluster.json] [--name NAME]
+#include <iostream>
+
+#include "runtime/calibration.h"
+#include "runtime/mpi_communicator.h"
+#include "simulator/cluster_spec.h"
+#include "simulator/trace.h"
+#include "tools/cli.h"
+
+namespace parallax {
+namespace {
+
+int run(int argc, char** argv) {
+  cli::set_tool_name("calibrate");
+  std::unique_ptr<Communicator> world = make_mpi_world(&argc, &argv);
+  CLI::App app{"Measure this machine (run under mpirun -np 2 or more) and write a cluster JSON."};
+  CalibrationOptions o;
+  std::string out;
+  app.add_flag("--quick", o.quick, "fewer shapes and repetitions (under a minute)");
+  app.add_option("--out", out, "cluster JSON to write (default: standard output)");
+  app.add_option("--name", o.name, "cluster name")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = world->rank() == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 2);
+    finalize_mpi();
+    return code == 0 ? 0 : 2;
+  }
+  Result<nlohmann::json> cluster = calibrate_cluster(*world, o);
+  const bool root = world->rank() == 0;
+  world.reset();
+  finalize_mpi();
+  if (!cluster.ok()) {
+    if (root) cli::fail(cluster.error());
+    return 2;
+  }
+  if (!root) return 0;
+  if (Result<ClusterSpec> check = cluster_from_json(*cluster, "calibrated cluster"); !check.ok()) cli::fail(check.error());
+  const std::string text = cluster->dump(2) + "\n";
+  if (out.empty()) std::cout << text;
+  else if (Status s = write_text_file(out, text); !s.ok()) cli::fail(s.error());
+  return 0;
+}
+
+}  // namespace
+}  // namespace parallax
+
+int main(int argc, char** argv) { return parallax::run(argc, argv); }
