@@ -1,6 +1,8 @@
 #include "runtime/trainer.h"
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <map>
 
 #include "runtime/transformer_cache.h"
@@ -100,11 +102,37 @@ void Trainer::record(OpRecord::Kind kind, int mb, int chunk, std::chrono::steady
                       std::chrono::duration<double>(now - begin).count()});
 }
 
+Result<std::vector<int>> read_token_file(const std::string& path, int64_t vocab) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{path + ": cannot open file"};
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<int> tokens;
+  std::istringstream ids(text);
+  int64_t id = 0;
+  while (ids >> id) tokens.push_back(static_cast<int>(id));
+  const bool numeric = ids.eof() && !tokens.empty();
+  if (!numeric) tokens.assign(text.begin(), text.end()), std::for_each(tokens.begin(), tokens.end(), [](int& t) { t &= 0xff; });
+  for (int t : tokens)
+    if (t < 0 || t >= vocab) return Error{path + ": token " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(vocab)};
+  if (tokens.size() < 2) return Error{path + ": needs at least 2 tokens"};
+  return tokens;
+}
+
 void Trainer::fill_batch(int64_t step_index, int64_t mb, std::vector<int>& inputs, std::vector<int>& targets) const {
   const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len);
   const int64_t per_rank = plan_.global_batch / plan_.dp;
+  const std::vector<int>& data = options_.data;
   for (int i = 0; i < b; ++i) {
     const int64_t seq = coords_.dp * per_rank + mb * b + i;
+    if (!data.empty()) {  // consecutive windows of the file, wrapping around: the same for every plan
+      const int64_t span = static_cast<int64_t>(data.size()) - 1;
+      const int64_t start = ((step_index * plan_.global_batch + seq) * s) % span;
+      for (int pos = 0; pos < s; ++pos) {
+        inputs[static_cast<size_t>(i) * s + pos] = data[(start + pos) % span];
+        targets[static_cast<size_t>(i) * s + pos] = data[(start + pos) % span + 1];
+      }
+      continue;
+    }
     for (int pos = 0; pos < s; ++pos) {
       inputs[static_cast<size_t>(i) * s + pos] = synthetic_token(options_.data_seed, step_index, seq, pos, m_.vocab);
       targets[static_cast<size_t>(i) * s + pos] = synthetic_token(options_.data_seed, step_index, seq, pos + 1, m_.vocab);

@@ -33,7 +33,12 @@ struct TrainOptions {
   uint64_t data_seed = 42;    // synthetic tokens
   kernels::AdamWConfig adam;
   float clip_norm = 1.0f;
+  std::vector<int> data;      // token stream to train on; empty: synthetic tokens
 };
+
+// Reads a training file: whitespace-separated token ids if it holds only those, else its bytes
+// as tokens (0-255). Errors name the file, or the first id outside [0, vocab).
+Result<std::vector<int>> read_token_file(const std::string& path, int64_t vocab);
 
 // Rank coordinates from the world rank: tp = r % t, dp = (r / t) % d, pp = r / (t d).
 struct RankCoords {

@@ -16,7 +16,7 @@ namespace parallax {
 namespace {
 
 struct Options {
-  std::string plan_file, model, format = "table", trace;
+  std::string plan_file, model, format = "table", trace, data;
   int64_t steps = 5;
   uint64_t seed = 1234;
   double lr = 1e-3;
@@ -114,6 +114,7 @@ int run(int argc, char** argv) {
   app.add_option("--lr", o.lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--format", o.format, "table|json")->capture_default_str();
   app.add_option("--trace", o.trace, "write the last step as a Chrome trace (the simulator's format)");
+  app.add_option("--data", o.data, "train on a file of token ids (whitespace-separated) or bytes");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -131,6 +132,11 @@ int run(int argc, char** argv) {
   if (!plan.ok()) fail_all(*world, plan.error());
   if (Status s = check_plan(*plan, *m, static_cast<int64_t>(1) << 20); !s.ok()) fail_all(*world, s.error());
   TrainOptions options;
+  if (!o.data.empty()) {
+    Result<std::vector<int>> tokens = read_token_file(o.data, m->vocab);
+    if (!tokens.ok()) fail_all(*world, tokens.error());
+    options.data = std::move(tokens).value();
+  }
   options.seed = o.seed;
   options.adam.lr = static_cast<float>(o.lr);
   Result<std::unique_ptr<Trainer>> trainer = Trainer::create(*m, *plan, *world, options);

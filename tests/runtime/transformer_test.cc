@@ -1,6 +1,7 @@
 // The single-rank model against independent checks: loss ln(V) at initialization and gradients
 // against central finite differences of the loss.
 #include <cmath>
+#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -85,6 +86,16 @@ TEST(Transformer, TpMustDivideTheModel) {
   Result<Transformer> t = Transformer::create(tiny("tiny-llama"), 4, 0, 1);  // 2 KV heads
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.error().find("tp 4 must divide"), std::string::npos);
+}
+
+TEST(Trainer, ReadsTokenFiles) {
+  const std::string ids = testing::TempDir() + "/ids.txt", bytes = testing::TempDir() + "/bytes.txt";
+  std::ofstream(ids) << "5 17\n3 9";
+  std::ofstream(bytes) << "hi!";
+  EXPECT_EQ(read_token_file(ids, 128).value(), (std::vector<int>{5, 17, 3, 9}));
+  EXPECT_EQ(read_token_file(bytes, 256).value(), (std::vector<int>{'h', 'i', '!'}));
+  EXPECT_EQ(read_token_file(bytes, 100).error(), bytes + ": token 104 is outside the vocabulary of 100");
+  EXPECT_EQ(read_token_file(testing::TempDir() + "/none", 128).error(), testing::TempDir() + "/none: cannot open file");
 }
 
 TEST(Trainer, RankCoordinatesFollowTheRankOrder) {
