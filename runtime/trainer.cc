@@ -29,7 +29,6 @@ Status check_runtime_support(const Plan& p) {
   if (p.pp > 1 && 2 * p.micro_batches() * p.pp * p.virtual_stages > 32767)
     return Error{"too many micro-batches x stages for MPI tags (at most 32767 transfers per step)"};
   if (p.zero > 2) return no("ZeRO stage " + std::to_string(p.zero));
-  if (p.sequence_parallel) return no("sequence parallelism");
   if (p.offload) return no("offload");
   if (p.precision != Precision::kFp32)
     return Error{std::string("the CPU runtime trains in fp32; set \"precision\": \"fp32\" (plan has ") +
@@ -54,6 +53,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
                                                   static_cast<int>(plan.pp), rc.pp, static_cast<int>(plan.virtual_stages));
   if (!model.ok()) return Error{model.error()};
   model->set_recompute(plan.recompute);
+  model->set_sequence_parallel(plan.sequence_parallel);
   std::unique_ptr<Trainer> t(new Trainer(m, plan, options, std::move(model).value()));
   t->coords_ = rc;
   Communicator* w = &world;
@@ -150,7 +150,8 @@ int Trainer::tag(OpKind kind, int64_t mb, int64_t receiver_vs) const {
 // sends the input gradient back. Returns the summed token loss of the last stage's micro-batches.
 double Trainer::run_micro_batches(int64_t step_index) {
   const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len);
-  const int64_t p = plan_.pp, v = plan_.virtual_stages, n = static_cast<int64_t>(b) * s * m_.hidden;
+  const int64_t p = plan_.pp, v = plan_.virtual_stages;
+  const int64_t n = static_cast<int64_t>(model_.local_tokens(b * s)) * m_.hidden;  // a boundary tensor
   const float weight = 1.0f / static_cast<float>(plan_.global_batch * plan_.seq_len);
   std::vector<int> inputs(static_cast<size_t>(b) * s), targets(inputs.size());
   std::map<int64_t, Transformer::MicroBatch> states;  // by mb * v + chunk
@@ -225,6 +226,9 @@ StepStats Trainer::step(int64_t step_index) {
   step_start_ = std::chrono::steady_clock::now();
   float loss = static_cast<float>(run_micro_batches(step_index));
   auto begin = std::chrono::steady_clock::now();
+  if (model_.sequence_parallel())  // norms saw only this rank's tokens
+    for (Param* p : params)
+      if (p->sp_partial) tp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
   sync_tied_embedding();
   if (plan_.zero == 1) zero_->reduce_gradients();
   if (plan_.zero == 0)

@@ -17,6 +17,7 @@ constexpr float kInitStd = 0.02f;
 
 void make(Param& p, const std::string& name, int64_t size, bool replicated, float fill = 0.0f) {
   p.name = name;
+  p.sp_partial = name.find("ln") != std::string::npos;  // ln1, ln2, lnf: norms see local tokens under SP
   p.value.assign(size, fill);
   p.grad.assign(size, 0.0f);
   p.tp_replicated = replicated;
@@ -123,14 +124,16 @@ double Transformer::forward(int chunk, const int* tokens, const int* targets, co
   const int n = b * s;
   const int64_t h = m_.hidden;
   Buffer x(n * h);
+  const int64_t local = static_cast<int64_t>(local_tokens(n)) * h;
   if (first_stage(chunk)) {
     const int vocab_start = static_cast<int>(tp_rank_ * vocab_local_);
     state.tokens.assign(tokens, tokens + n);
-    kernels::embedding_forward(x.data(), tokens, wte_.value.data(), wpe_.empty() ? nullptr : wpe_.value.data(), n, s,
-                               static_cast<int>(h), vocab_start, static_cast<int>(vocab_local_), tp_rank_ == 0);
-    tp.all_reduce(x.data(), n * h, ReduceOp::kSum);
+    Buffer partial(n * h);
+    kernels::embedding_forward(partial.data(), tokens, wte_.value.data(), wpe_.empty() ? nullptr : wpe_.value.data(), n,
+                               s, static_cast<int>(h), vocab_start, static_cast<int>(vocab_local_), tp_rank_ == 0);
+    reduce_tokens(x.data(), partial.data(), n, tp);  // vocab-parallel partial sums
   } else {
-    std::copy(input, input + n * h, x.begin());
+    std::copy(input, input + local, x.begin());
   }
   std::vector<Layer>& layers = layers_[chunk];
   state.layers.resize(layers.size());
@@ -139,17 +142,18 @@ double Transformer::forward(int chunk, const int* tokens, const int* targets, co
     drop_for_recompute(state.layers[l]);
   }
   if (!last_stage(chunk)) {
-    std::copy(x.begin(), x.end(), output);
+    std::copy(x.begin(), x.begin() + local, output);
     return 0;
   }
-  state.dhead.assign(n * h, 0.0f);
+  state.dhead.assign(local, 0.0f);
   return head_forward_backward(x.data(), state.dhead.data(), targets, n, loss_weight, tp);
 }
 
 void Transformer::backward(int chunk, const float* dout, float* dinput, int b, int s, Communicator& tp, MicroBatch& state) {
   const int n = b * s;
   const int64_t h = m_.hidden;
-  Buffer dx = last_stage(chunk) ? std::move(state.dhead) : Buffer(dout, dout + n * h);
+  const int64_t local = static_cast<int64_t>(local_tokens(n)) * h;
+  Buffer dx = last_stage(chunk) ? std::move(state.dhead) : Buffer(dout, dout + local);
   std::vector<Layer>& layers = layers_[chunk];
   for (size_t l = layers.size(); l-- > 0;) {
     recompute(layers[l], state.layers[l], b, s, tp);
@@ -158,10 +162,12 @@ void Transformer::backward(int chunk, const float* dout, float* dinput, int b, i
   }
   state.layers.clear();
   if (!first_stage(chunk)) {
-    std::copy(dx.begin(), dx.end(), dinput);
+    std::copy(dx.begin(), dx.begin() + local, dinput);
     return;
   }
-  kernels::embedding_backward(wte_.grad.data(), wpe_.empty() ? nullptr : wpe_.grad.data(), dx.data(), state.tokens.data(),
+  Buffer dx_full(n * h);
+  gather_tokens(dx_full.data(), dx.data(), n, tp);
+  kernels::embedding_backward(wte_.grad.data(), wpe_.empty() ? nullptr : wpe_.grad.data(), dx_full.data(), state.tokens.data(),
                               n, s, static_cast<int>(h), static_cast<int>(tp_rank_ * vocab_local_),
                               static_cast<int>(vocab_local_));
 }
@@ -180,8 +186,11 @@ double Transformer::head_forward_backward(const float* x, float* dx, const int* 
   const int h = static_cast<int>(m_.hidden), v = static_cast<int>(vocab_local_);
   const int vocab_start = static_cast<int>(tp_rank_ * vocab_local_);
   Param& head = head_.empty() ? wte_ : head_;
-  Buffer xf(n * h), sa(n), sb(n), logits(static_cast<size_t>(n) * v), stats(2 * n), mx(n), loss(n), dloss(n, loss_weight);
-  norm_forward(lnf_w_, lnf_b_, xf.data(), sa.data(), sb.data(), x, n);
+  const int nl = local_tokens(n);
+  Buffer xf_local(static_cast<int64_t>(nl) * h), xf(static_cast<int64_t>(n) * h), sa(nl), sb(nl),
+      logits(static_cast<size_t>(n) * v), stats(2 * n), mx(n), loss(n), dloss(n, loss_weight);
+  norm_forward(lnf_w_, lnf_b_, xf_local.data(), sa.data(), sb.data(), x, nl);
+  gather_tokens(xf.data(), xf_local.data(), n, tp);
   kernels::matmul_forward(logits.data(), xf.data(), head.value.data(), nullptr, n, h, v);
   kernels::row_max(mx.data(), logits.data(), n, v);
   tp.all_reduce(mx.data(), n, ReduceOp::kMax);
@@ -192,10 +201,10 @@ double Transformer::head_forward_backward(const float* x, float* dx, const int* 
   for (float l : loss) total += l;
   kernels::cross_entropy_backward(logits.data(), logits.data(), mx.data(), stats.data(), targets, dloss.data(), n, v,
                                   vocab_start);
-  Buffer dxf(n * h, 0.0f);
+  Buffer dxf(static_cast<int64_t>(n) * h, 0.0f);
   kernels::matmul_backward(dxf.data(), head.grad.data(), nullptr, logits.data(), xf.data(), head.value.data(), n, h, v);
-  tp.all_reduce(dxf.data(), static_cast<int64_t>(n) * h, ReduceOp::kSum);
-  norm_backward(lnf_w_, lnf_b_, dx, dxf.data(), x, sa.data(), sb.data(), n);
+  reduce_tokens(xf_local.data(), dxf.data(), n, tp);  // vocab-parallel: partial input gradients
+  norm_backward(lnf_w_, lnf_b_, dx, xf_local.data(), x, sa.data(), sb.data(), nl);
   return total;
 }
 

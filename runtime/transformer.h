@@ -28,6 +28,7 @@ struct Param {
   std::string name;
   Buffer value, grad;
   bool tp_replicated = false;  // every TP rank holds the same values (norms, row biases, positions)
+  bool sp_partial = false;     // a norm parameter: with SP its gradient is a partial sum over TP
   bool empty() const { return value.empty(); }
 };
 
@@ -63,6 +64,12 @@ class Transformer {
   // Full: keep only each layer's input and re-run its forward before its backward; selective:
   // drop the attention probabilities and recompute them (Korthikanti et al.).
   void set_recompute(Recompute r) { recompute_ = r; }
+  // Sequence parallelism: outside the TP regions each TP rank holds 1/t of the tokens (seq_len
+  // must divide by t). Norm weights then see only local tokens: their gradients are partial and
+  // the trainer sums them over TP (Param::sp_partial).
+  void set_sequence_parallel(bool on) { sequence_parallel_ = on && tp_ > 1; }
+  bool sequence_parallel() const { return sequence_parallel_; }
+  int local_tokens(int n) const { return sequence_parallel_ ? n / tp_ : n; }
 
   // forward + backward of the whole model on one stage (pp = 1); returns the summed token loss.
   double forward_backward(const int* inputs, const int* targets, int b, int s, float loss_weight, Communicator& tp);
@@ -80,6 +87,8 @@ class Transformer {
                      const float* stat_b, int n) const;
   void layer_forward(Layer& layer, Cache& c, float* x, int b, int s, Communicator& tp) const;
   void layer_backward(Layer& layer, Cache& c, float* dx, int b, int s, Communicator& tp) const;
+  void gather_tokens(float* full, const float* local, int n, Communicator& tp) const;
+  void reduce_tokens(float* local, float* full, int n, Communicator& tp) const;
   void drop_for_recompute(Cache& c) const;
   void recompute(Layer& layer, Cache& c, int b, int s, Communicator& tp) const;
   double head_forward_backward(const float* x, float* dx, const int* targets, int n, float loss_weight,
@@ -92,6 +101,7 @@ class Transformer {
   int64_t vocab_padded_ = 0, vocab_local_ = 0, q_local_ = 0, kv_local_ = 0, ffn_local_ = 0, fc1_local_ = 0;
   float rope_base_ = 10000.0f;
   Recompute recompute_ = Recompute::kNone;
+  bool sequence_parallel_ = false;
   int64_t layers_per_chunk_ = 0;
   std::vector<std::vector<Layer>> layers_;  // per chunk
   Param wte_, wpe_, lnf_w_, lnf_b_, head_;

@@ -50,15 +50,38 @@ void Transformer::norm_backward(Param& w, Param& b, float* din, const float* dou
   else kernels::rmsnorm_backward(din, w.grad.data(), dout, in, w.value.data(), stat_a, n, h);
 }
 
+// Without SP a layer's residual stream is replicated over TP: gathering is a copy and the
+// row-parallel partial sums are all-reduced. With SP each rank holds n / t of the tokens: the
+// stream is all-gathered before the column-parallel GEMMs and reduce-scattered after the
+// row-parallel ones (Korthikanti et al.), moving the same bytes.
+void Transformer::gather_tokens(float* full, const float* local, int n, Communicator& tp) const {
+  const int64_t h = m_.hidden;
+  if (sequence_parallel_) tp.all_gather(full, local, n / tp_ * h);
+  else std::copy(local, local + n * h, full);
+}
+
+void Transformer::reduce_tokens(float* local, float* full, int n, Communicator& tp) const {
+  const int64_t h = m_.hidden;
+  if (sequence_parallel_) {
+    tp.reduce_scatter(local, full, n / tp_ * h);
+  } else {
+    tp.all_reduce(full, n * h, ReduceOp::kSum);
+    std::copy(full, full + n * h, local);
+  }
+}
+
 void Transformer::layer_forward(Layer& L, Cache& c, float* x, int b, int s, Communicator& tp) const {
   const int n = b * s, h = static_cast<int>(m_.hidden), hd = static_cast<int>(m_.head_dim);
+  const int nl = local_tokens(n);
   const int ql = static_cast<int>(q_local_), kvl = static_cast<int>(kv_local_), width = ql + 2 * kvl;
   const int heads = static_cast<int>(m_.heads / tp_), kv_heads = static_cast<int>(m_.kv_heads / tp_);
-  c.x.assign(x, x + static_cast<int64_t>(n) * h);
-  c.n1a.resize(n), c.n1b.resize(n), c.a.resize(c.x.size());
-  norm_forward(L.ln1_w, L.ln1_b, c.a.data(), c.n1a.data(), c.n1b.data(), x, n);
-  Buffer qkv(static_cast<int64_t>(n) * width);
-  kernels::matmul_forward(qkv.data(), c.a.data(), L.qkv_w.value.data(), or_null(L.qkv_b), n, h, width);
+  const int64_t local = static_cast<int64_t>(nl) * h, full = static_cast<int64_t>(n) * h;
+  c.x.assign(x, x + local);
+  c.n1a.resize(nl), c.n1b.resize(nl), c.a.resize(local);
+  norm_forward(L.ln1_w, L.ln1_b, c.a.data(), c.n1a.data(), c.n1b.data(), x, nl);
+  Buffer a_full(full), qkv(static_cast<int64_t>(n) * width);
+  gather_tokens(a_full.data(), c.a.data(), n, tp);
+  kernels::matmul_forward(qkv.data(), a_full.data(), L.qkv_w.value.data(), or_null(L.qkv_b), n, h, width);
   c.q.resize(static_cast<int64_t>(n) * ql), c.k.resize(static_cast<int64_t>(n) * kvl), c.v.resize(c.k.size());
   columns(c.q.data(), qkv.data(), n, width, 0, ql, false);
   columns(c.k.data(), qkv.data(), n, width, ql, kvl, false);
@@ -69,22 +92,23 @@ void Transformer::layer_forward(Layer& L, Cache& c, float* x, int b, int s, Comm
   }
   c.probs.resize(static_cast<int64_t>(b) * heads * s * s), c.o.resize(c.q.size());
   kernels::attention_forward(c.o.data(), c.probs.data(), c.q.data(), c.k.data(), c.v.data(), {b, s, heads, kv_heads, hd});
-  Buffer y(c.x.size());
+  Buffer y(full), y_local(local);
   kernels::matmul_forward(y.data(), c.o.data(), L.proj_w.value.data(), nullptr, n, ql, h);
-  tp.all_reduce(y.data(), static_cast<int64_t>(y.size()), ReduceOp::kSum);
-  add_bias(y.data(), L.proj_b, n, h);
-  add(x, y.data(), static_cast<int64_t>(y.size()));
-  c.x1.assign(x, x + c.x.size());
-  c.n2a.resize(n), c.n2b.resize(n), c.a2.resize(c.x.size());
-  norm_forward(L.ln2_w, L.ln2_b, c.a2.data(), c.n2a.data(), c.n2b.data(), x, n);
+  reduce_tokens(y_local.data(), y.data(), n, tp);
+  add_bias(y_local.data(), L.proj_b, nl, h);
+  add(x, y_local.data(), local);
+  c.x1.assign(x, x + local);
+  c.n2a.resize(nl), c.n2b.resize(nl), c.a2.resize(local);
+  norm_forward(L.ln2_w, L.ln2_b, c.a2.data(), c.n2a.data(), c.n2b.data(), x, nl);
+  gather_tokens(a_full.data(), c.a2.data(), n, tp);
   c.u.resize(static_cast<int64_t>(n) * fc1_local_), c.g.resize(static_cast<int64_t>(n) * ffn_local_);
-  kernels::matmul_forward(c.u.data(), c.a2.data(), L.fc1_w.value.data(), or_null(L.fc1_b), n, h, static_cast<int>(fc1_local_));
+  kernels::matmul_forward(c.u.data(), a_full.data(), L.fc1_w.value.data(), or_null(L.fc1_b), n, h, static_cast<int>(fc1_local_));
   if (m_.mlp == Mlp::kSwiGlu) kernels::swiglu_forward(c.g.data(), c.u.data(), n, static_cast<int>(ffn_local_));
   else kernels::gelu_forward(c.g.data(), c.u.data(), static_cast<long>(c.u.size()));
   kernels::matmul_forward(y.data(), c.g.data(), L.fc2_w.value.data(), nullptr, n, static_cast<int>(ffn_local_), h);
-  tp.all_reduce(y.data(), static_cast<int64_t>(y.size()), ReduceOp::kSum);
-  add_bias(y.data(), L.fc2_b, n, h);
-  add(x, y.data(), static_cast<int64_t>(y.size()));
+  reduce_tokens(y_local.data(), y.data(), n, tp);
+  add_bias(y_local.data(), L.fc2_b, nl, h);
+  add(x, y_local.data(), local);
 }
 
 void Transformer::drop_for_recompute(Cache& c) const {
@@ -111,21 +135,26 @@ void Transformer::recompute(Layer& L, Cache& c, int b, int s, Communicator& tp) 
 
 void Transformer::layer_backward(Layer& L, Cache& c, float* dx, int b, int s, Communicator& tp) const {
   const int n = b * s, h = static_cast<int>(m_.hidden), hd = static_cast<int>(m_.head_dim);
+  const int nl = local_tokens(n);
   const int ql = static_cast<int>(q_local_), kvl = static_cast<int>(kv_local_), width = ql + 2 * kvl;
   const int heads = static_cast<int>(m_.heads / tp_), kv_heads = static_cast<int>(m_.kv_heads / tp_);
   const int fl = static_cast<int>(ffn_local_), f1 = static_cast<int>(fc1_local_);
-  const int64_t nh = static_cast<int64_t>(n) * h;
+  const int64_t full = static_cast<int64_t>(n) * h;
   // MLP: dx is the gradient of the layer output = of the FC2 output and of the residual.
-  Buffer dg(static_cast<int64_t>(n) * fl, 0.0f), du(static_cast<int64_t>(n) * f1, 0.0f), da(nh, 0.0f);
-  kernels::matmul_backward(dg.data(), L.fc2_w.grad.data(), grad_or_null(L.fc2_b), dx, c.g.data(), L.fc2_w.value.data(), n, fl, h);
+  Buffer dy(full), a_full(full), dg(static_cast<int64_t>(n) * fl, 0.0f), du(static_cast<int64_t>(n) * f1, 0.0f),
+      da(full, 0.0f), da_local(static_cast<int64_t>(nl) * h);
+  gather_tokens(dy.data(), dx, n, tp);
+  kernels::matmul_backward(dg.data(), L.fc2_w.grad.data(), grad_or_null(L.fc2_b), dy.data(), c.g.data(), L.fc2_w.value.data(), n, fl, h);
   if (m_.mlp == Mlp::kSwiGlu) kernels::swiglu_backward(du.data(), c.u.data(), dg.data(), n, fl);
   else kernels::gelu_backward(du.data(), c.u.data(), dg.data(), static_cast<long>(du.size()));
-  kernels::matmul_backward(da.data(), L.fc1_w.grad.data(), grad_or_null(L.fc1_b), du.data(), c.a2.data(), L.fc1_w.value.data(), n, h, f1);
-  tp.all_reduce(da.data(), nh, ReduceOp::kSum);  // column-parallel: partial input gradients
-  norm_backward(L.ln2_w, L.ln2_b, dx, da.data(), c.x1.data(), c.n2a.data(), c.n2b.data(), n);
+  gather_tokens(a_full.data(), c.a2.data(), n, tp);  // SP keeps only this rank's tokens: gather again
+  kernels::matmul_backward(da.data(), L.fc1_w.grad.data(), grad_or_null(L.fc1_b), du.data(), a_full.data(), L.fc1_w.value.data(), n, h, f1);
+  reduce_tokens(da_local.data(), da.data(), n, tp);  // column-parallel: partial input gradients
+  norm_backward(L.ln2_w, L.ln2_b, dx, da_local.data(), c.x1.data(), c.n2a.data(), c.n2b.data(), nl);
   // Attention: dx is now the gradient of x1 = of the projection output and of the residual.
   Buffer d_o(c.o.size(), 0.0f), dq(c.q.size(), 0.0f), dk(c.k.size(), 0.0f), dv(c.v.size(), 0.0f);
-  kernels::matmul_backward(d_o.data(), L.proj_w.grad.data(), grad_or_null(L.proj_b), dx, c.o.data(), L.proj_w.value.data(), n, ql, h);
+  gather_tokens(dy.data(), dx, n, tp);
+  kernels::matmul_backward(d_o.data(), L.proj_w.grad.data(), grad_or_null(L.proj_b), dy.data(), c.o.data(), L.proj_w.value.data(), n, ql, h);
   kernels::attention_backward(dq.data(), dk.data(), dv.data(), d_o.data(), c.q.data(), c.k.data(), c.v.data(), c.probs.data(),
                               {b, s, heads, kv_heads, hd});
   if (m_.positions == Positions::kRotary) {
@@ -137,9 +166,10 @@ void Transformer::layer_backward(Layer& L, Cache& c, float* dx, int b, int s, Co
   columns(dk.data(), dqkv.data(), n, width, ql, kvl, true);
   columns(dv.data(), dqkv.data(), n, width, ql + kvl, kvl, true);
   std::fill(da.begin(), da.end(), 0.0f);
-  kernels::matmul_backward(da.data(), L.qkv_w.grad.data(), grad_or_null(L.qkv_b), dqkv.data(), c.a.data(), L.qkv_w.value.data(), n, h, width);
-  tp.all_reduce(da.data(), nh, ReduceOp::kSum);
-  norm_backward(L.ln1_w, L.ln1_b, dx, da.data(), c.x.data(), c.n1a.data(), c.n1b.data(), n);
+  gather_tokens(a_full.data(), c.a.data(), n, tp);
+  kernels::matmul_backward(da.data(), L.qkv_w.grad.data(), grad_or_null(L.qkv_b), dqkv.data(), a_full.data(), L.qkv_w.value.data(), n, h, width);
+  reduce_tokens(da_local.data(), da.data(), n, tp);
+  norm_backward(L.ln1_w, L.ln1_b, dx, da_local.data(), c.x.data(), c.n1a.data(), c.n1b.data(), nl);
 }
 
 }  // namespace parallax

@@ -25,6 +25,7 @@ struct Layout {
   int chunks = 1;
   int zero = 0;
   const char* recompute = "none";
+  bool sp = false;
   int ranks() const { return tp * pp * dp; }
 };
 
@@ -33,7 +34,7 @@ std::string write_plan(const Layout& l) {
   std::ofstream(path) << nlohmann::json{{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero", l.zero},
                                         {"micro_batch", l.micro_batch}, {"global_batch", 8}, {"seq_len", 16},
                                         {"schedule", l.schedule}, {"virtual_stages", l.chunks}, {"recompute", l.recompute},
-                                        {"sequence_parallel", false}, {"precision", "fp32"}}
+                                        {"sequence_parallel", l.sp}, {"precision", "fp32"}}
                              .dump();
   return path;
 }
@@ -61,7 +62,7 @@ void expect_same_training(const std::string& model, const Layout& l) {
   const std::vector<double> got = losses(model, l);
   const std::string what = model + " tp " + std::to_string(l.tp) + " pp " + std::to_string(l.pp) + " dp " +
                            std::to_string(l.dp) + " " + l.schedule + " zero " + std::to_string(l.zero) + " recompute " +
-                           l.recompute;
+                           l.recompute + (l.sp ? " SP" : "");
   ASSERT_EQ(got.size(), 5u) << what;
   ASSERT_EQ(ref.size(), 5u);
   EXPECT_LE(std::abs(got[0] / ref[0] - 1), 1e-5) << what;
@@ -103,6 +104,12 @@ TEST(Equivalence, Recompute) {
   }
   expect_same_training("tiny-gpt", {2, 2, 1, 1, "1f1b", 1, 0, "full"});
   expect_same_training("tiny-llama", {2, 1, 2, 1, "1f1b", 1, 1, "selective"});
+}
+
+TEST(Equivalence, SequenceParallel) {
+  expect_same_training("tiny-gpt", {2, 1, 1, 4, "1f1b", 1, 0, "none", true});
+  expect_same_training("tiny-llama", {2, 2, 1, 1, "1f1b", 1, 0, "selective", true});
+  expect_same_training("tiny-gpt", {2, 1, 2, 1, "1f1b", 1, 1, "full", true});
 }
 
 TEST(Equivalence, Mixtures) {

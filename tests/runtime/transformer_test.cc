@@ -115,9 +115,9 @@ TEST(Trainer, RefusesWhatItCannotRunYet) {
   p.zero = 3;
   EXPECT_EQ(check_runtime_support(p).error(), "the CPU runtime does not execute ZeRO stage 3 yet");
   p.zero = 0;
-  p.sequence_parallel = true;
-  EXPECT_EQ(check_runtime_support(p).error(), "the CPU runtime does not execute sequence parallelism yet");
-  p.sequence_parallel = false;
+  p.offload = true;
+  EXPECT_EQ(check_runtime_support(p).error(), "the CPU runtime does not execute offload yet");
+  p.offload = false;
   EXPECT_NE(check_runtime_support(p).error().find("trains in fp32"), std::string::npos);
   p.precision = Precision::kFp32;
   EXPECT_TRUE(check_runtime_support(p).ok());
