@@ -10,7 +10,7 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Param*> params, Communica
   int64_t total = 0;
   for (Param* p : params_) {
     offset_.push_back(total);
-    total += static_cast<int64_t>(p->value.size());
+    total += p->size;
   }
   const int64_t d = dp.size();
   shard_ = (total + d - 1) / d;
@@ -21,7 +21,7 @@ DistributedOptimizer::DistributedOptimizer(std::vector<Param*> params, Communica
   grad_.assign(shard_, 0.0f);
   counted_.assign(shard_, 0);
   for (size_t i = 0; i < params_.size(); ++i) {
-    const int64_t begin = std::max(offset_[i], lo), end = std::min<int64_t>(offset_[i] + params_[i]->value.size(), lo + shard_);
+    const int64_t begin = std::max(offset_[i], lo), end = std::min<int64_t>(offset_[i] + params_[i]->size, lo + shard_);
     for (int64_t e = begin; e < end; ++e) {
       master_[e - lo] = params_[i]->value[e - offset_[i]];
       counted_[e - lo] = counted(params_[i]) ? 1 : 0;
@@ -50,10 +50,18 @@ void DistributedOptimizer::step(const kernels::AdamWConfig& cfg, int step, float
   kernels::adamw_update(master_.data(), grad_.data(), m_.data(), v_.data(), static_cast<long>(shard_), cfg, step,
                         grad_scale);
   std::fill(grad_.begin(), grad_.end(), 0.0f);
+  if (keep_parameters_) gather_parameters();
+}
+
+void DistributedOptimizer::gather_parameters() {
   Buffer flat(shard_ * dp_.size());
   dp_.all_gather(flat.data(), master_.data(), shard_);
   for (size_t i = 0; i < params_.size(); ++i)
-    std::copy(flat.begin() + offset_[i], flat.begin() + offset_[i] + params_[i]->value.size(), params_[i]->value.begin());
+    params_[i]->value.assign(flat.begin() + offset_[i], flat.begin() + offset_[i] + params_[i]->size);
+}
+
+void DistributedOptimizer::release_parameters() {
+  for (Param* p : params_) Buffer().swap(p->value);
 }
 
 }  // namespace parallax

@@ -1,8 +1,9 @@
-// DistributedOptimizer: ZeRO-1 and ZeRO-2 for the CPU runtime. The DP group splits the flattened
+// DistributedOptimizer: ZeRO-1, 2 and 3 for the CPU runtime. The DP group splits the flattened
 // parameters of a rank into equal shards; each DP rank keeps the AdamW moments and master copy of
 // its shard only, receives its shard's summed gradients by reduce-scatter (ZeRO-1 once per step,
 // ZeRO-2 after every micro-batch so the full gradient never has to outlive it), updates the shard
-// and all-gathers the updated parameters.
+// and all-gathers the updated parameters. ZeRO-3 keeps no full parameters between ops: the trainer
+// gathers them before each forward or backward and releases them after.
 #pragma once
 
 #include <functional>
@@ -28,6 +29,10 @@ class DistributedOptimizer {
   // AdamW on the shard with gradients scaled by `grad_scale`, then all-gather the parameters;
   // clears the shard's gradients.
   void step(const kernels::AdamWConfig& cfg, int step, float grad_scale);
+  // ZeRO-3: all-gather the parameters from the shards into Param::value, and free them again.
+  void gather_parameters();
+  void release_parameters();
+  void set_keep_parameters(bool keep) { keep_parameters_ = keep; }
 
  private:
   std::vector<Param*> params_;
@@ -35,6 +40,7 @@ class DistributedOptimizer {
   std::vector<int64_t> offset_;  // of each parameter in the flat vector
   std::vector<char> counted_;    // per flat element of the shard
   int64_t shard_ = 0;
+  bool keep_parameters_ = true;  // false: ZeRO-3
   Buffer master_, m_, v_, grad_;  // this rank's shard
 };
 

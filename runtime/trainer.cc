@@ -28,7 +28,6 @@ Status check_runtime_support(const Plan& p) {
   // MPI guarantees tags up to 32767; pipeline transfers use one per (direction, micro-batch, stage).
   if (p.pp > 1 && 2 * p.micro_batches() * p.pp * p.virtual_stages > 32767)
     return Error{"too many micro-batches x stages for MPI tags (at most 32767 transfers per step)"};
-  if (p.zero > 2) return no("ZeRO stage " + std::to_string(p.zero));
   if (p.offload) return no("offload");
   if (p.precision != Precision::kFp32)
     return Error{std::string("the CPU runtime trains in fp32; set \"precision\": \"fp32\" (plan has ") +
@@ -70,6 +69,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
     Trainer* self = t.get();
     t->zero_ = std::make_unique<DistributedOptimizer>(t->model_.params(), *t->dp_,
                                                       [self](const Param* p) { return self->counted(p); });
+    if (plan.zero == 3) {
+      t->zero_->set_keep_parameters(false);
+      t->zero_->release_parameters();
+    }
     return t;
   }
   for (Param* p : t->model_.params()) {
@@ -161,6 +164,7 @@ double Trainer::run_micro_batches(int64_t step_index) {
   for (const PipelineOp& op : schedule[coords_.pp]) {
     const int64_t vs = op.chunk * p + coords_.pp;
     Transformer::MicroBatch& state = states[op.micro_batch * v + op.chunk];
+    if (plan_.zero == 3 && op.kind != OpKind::kWeight) zero_->gather_parameters();  // released after the op
     if (op.kind == OpKind::kForward) {
       fill_batch(step_index, op.micro_batch, inputs, targets);
       auto begin = std::chrono::steady_clock::now();
@@ -170,6 +174,7 @@ double Trainer::run_micro_batches(int64_t step_index) {
       loss += model_.forward(op.chunk, inputs.data(), targets.data(), in.data(), out.data(), b, s, weight, *tp_, state);
       record(OpRecord::kForward, op.micro_batch, op.chunk, begin);
       if (vs < p * v - 1) pp_->send_async(out.data(), n, static_cast<int>((vs + 1) % p), tag(op.kind, op.micro_batch, vs + 1));
+      if (plan_.zero == 3) zero_->release_parameters();
     } else if (op.kind == OpKind::kBackward) {
       auto begin = std::chrono::steady_clock::now();
       if (vs < p * v - 1) pp_->recv(in.data(), n, static_cast<int>((vs + 1) % p), tag(op.kind, op.micro_batch, vs));
@@ -179,9 +184,10 @@ double Trainer::run_micro_batches(int64_t step_index) {
       record(OpRecord::kBackward, op.micro_batch, op.chunk, begin);
       states.erase(op.micro_batch * v + op.chunk);
       begin = std::chrono::steady_clock::now();
-      if (plan_.zero == 2) zero_->reduce_gradients();  // ZeRO-2: shard every micro-batch's gradients
-      if (plan_.zero == 2) record(OpRecord::kDpReduceScatter, op.micro_batch, op.chunk, begin);
+      if (plan_.zero >= 2) zero_->reduce_gradients();  // ZeRO-2/3: shard every micro-batch's gradients
+      if (plan_.zero >= 2) record(OpRecord::kDpReduceScatter, op.micro_batch, op.chunk, begin);
       if (vs > 0) pp_->send_async(out.data(), n, static_cast<int>((vs - 1) % p), tag(op.kind, op.micro_batch, vs - 1));
+      if (plan_.zero == 3) zero_->release_parameters();
     }
   }
   pp_->wait_sends();
@@ -233,7 +239,7 @@ StepStats Trainer::step(int64_t step_index) {
   if (plan_.zero == 1) zero_->reduce_gradients();
   if (plan_.zero == 0)
     for (Param* p : params) dp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
-  if (plan_.dp > 1 && plan_.zero < 2)
+  if (plan_.dp > 1 && plan_.zero < 2 && plan_.zero >= 0)
     record(plan_.zero == 0 ? OpRecord::kDpAllReduce : OpRecord::kDpReduceScatter, -1, -1, begin);
   pp_->all_reduce(&loss, 1, ReduceOp::kSum);  // only the last stage holds losses
   dp_->all_reduce(&loss, 1, ReduceOp::kSum);

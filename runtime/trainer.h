@@ -6,8 +6,8 @@
 //
 // Pipeline parallelism executes planner/schedule.h's op list for this stage (GPipe, 1F1B,
 // interleaved, ZB-H1) with asynchronous sends and tagged receives. Implemented so far: TP (with
-// vocab-parallel embedding and loss, sequence parallelism), PP, DP, ZeRO-1/2, full and selective
-// recompute, gradient accumulation, in fp32; ZB-H1's W
+// vocab-parallel embedding and loss, sequence parallelism), PP, DP, ZeRO-1/2/3, full and selective
+// recompute, ZeRO-3 (parameters gathered around every op), gradient accumulation, in fp32; ZB-H1's W
 // ops are empty (B computes the weight gradients too). Other settings are refused by
 // check_runtime_support().
 #pragma once

@@ -18,6 +18,7 @@ constexpr float kInitStd = 0.02f;
 void make(Param& p, const std::string& name, int64_t size, bool replicated, float fill = 0.0f) {
   p.name = name;
   p.sp_partial = name.find("ln") != std::string::npos;  // ln1, ln2, lnf: norms see local tokens under SP
+  p.size = size;
   p.value.assign(size, fill);
   p.grad.assign(size, 0.0f);
   p.tp_replicated = replicated;

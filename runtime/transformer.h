@@ -29,7 +29,8 @@ struct Param {
   Buffer value, grad;
   bool tp_replicated = false;  // every TP rank holds the same values (norms, row biases, positions)
   bool sp_partial = false;     // a norm parameter: with SP its gradient is a partial sum over TP
-  bool empty() const { return value.empty(); }
+  int64_t size = 0;            // elements; `value` may be released between uses under ZeRO-3
+  bool empty() const { return size == 0; }
 };
 
 class Transformer {

@@ -95,6 +95,8 @@ TEST(Equivalence, ZeroStages) {
   expect_same_training("tiny-llama", {1, 1, 2, 2, "1f1b", 1, 2});
   expect_same_training("tiny-gpt", {2, 1, 2, 1, "1f1b", 1, 2});
   expect_same_training("tiny-llama", {1, 2, 2, 1, "1f1b", 1, 1});  // ZeRO-1 with pipelining
+  expect_same_training("tiny-gpt", {1, 1, 2, 4, "1f1b", 1, 3});
+  expect_same_training("tiny-llama", {2, 1, 2, 1, "1f1b", 1, 3, "full", true});
 }
 
 TEST(Equivalence, Recompute) {

@@ -202,8 +202,10 @@ TEST(Train, BadInputs) {
   };
   expect_bad_input(run("train", "--model " + model + " --plan " + plan("t1.json", 0, 2, "fp32")),
                    "world size 1 does not equal tp x pp x dp = 2");
-  expect_bad_input(run("train", "--model " + model + " --plan " + plan("t2.json", 3, 1, "fp32")),
-                   "does not execute ZeRO stage 3 yet");
+  nlohmann::json offload = nlohmann::json::parse(slurp(plan("t2.json", 1, 1, "fp32")));
+  offload["offload"] = true;
+  expect_bad_input(run("train", "--model " + model + " --plan " + temp_file("t2o.json", offload.dump())),
+                   "does not execute offload yet");
   expect_bad_input(run("train", "--model " + model + " --plan " + plan("t3.json", 0, 1, "bf16")), "trains in fp32");
   expect_bad_input(run("train", "--model nowhere --plan " + plan("t4.json", 0, 1, "fp32")), "nowhere: cannot open file");
   ToolRun ok = run("train", "--model " + model + " --plan " + plan("t5.json", 0, 1, "fp32") + " --steps 2 --format json");
