@@ -45,6 +45,33 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Length of [start, end) not covered by the sorted, merged intervals.
+double uncovered(double start, double end, const std::vector<std::pair<double, double>>& covered) {
+  double left = end - start;
+  for (const auto& [a, b] : covered) left -= std::max(0.0, std::min(b, end) - std::max(a, start));
+  return std::max(0.0, left);
+}
+
+// Communication time no compute hides: each non-compute event minus the compute intervals of its
+// process, averaged over processes.
+double exposed_communication(const std::vector<Event>& events) {
+  std::map<int, std::vector<std::pair<double, double>>> compute;
+  for (const Event& e : events)
+    if (e.tid == 0) compute[e.pid].push_back({e.start_s, e.start_s + e.duration_s});
+  for (auto& [pid, v] : compute) {
+    std::sort(v.begin(), v.end());
+    std::vector<std::pair<double, double>> merged;
+    for (const auto& iv : v)
+      if (!merged.empty() && iv.first <= merged.back().second) merged.back().second = std::max(merged.back().second, iv.second);
+      else merged.push_back(iv);
+    v = merged;
+  }
+  double total = 0;
+  for (const Event& e : events)
+    if (e.tid != 0) total += uncovered(e.start_s, e.start_s + e.duration_s, compute[e.pid]);
+  return compute.empty() ? total : total / static_cast<double>(compute.size());
+}
+
 TraceSummary summarise(const std::vector<Event>& events, const nlohmann::json& trace) {
   TraceSummary s;
   double begin = events.front().start_s, end = 0;
@@ -62,6 +89,7 @@ TraceSummary summarise(const std::vector<Event>& events, const nlohmann::json& t
   s.bubble_fraction = busy.empty() ? 0 : idle / static_cast<double>(busy.size());
   if (meta.contains("peak_memory_bytes") && meta["peak_memory_bytes"].is_number())
     s.peak_memory_bytes = meta["peak_memory_bytes"].get<double>();
+  s.exposed_comm_s = exposed_communication(events);
   return s;
 }
 
@@ -121,6 +149,8 @@ std::string comparison_markdown(const Comparison& c) {
     << pct(relative_error(c.predicted.step_time_s, c.measured.step_time_s)) << " |\n"
     << "| bubble | " << pct(c.predicted.bubble_fraction).substr(1) << " | " << pct(c.measured.bubble_fraction).substr(1)
     << " | |\n"
+    << "| exposed communication (s) | " << num(c.predicted.exposed_comm_s) << " | " << num(c.measured.exposed_comm_s)
+    << " | " << pct(relative_error(c.predicted.exposed_comm_s, c.measured.exposed_comm_s)) << " |\n"
     << "| peak memory (bytes) | " << num(c.predicted.peak_memory_bytes, "%.0f") << " | "
     << num(c.measured.peak_memory_bytes, "%.0f") << " | "
     << pct(relative_error(c.predicted.peak_memory_bytes, c.measured.peak_memory_bytes)) << " |\n\n"
@@ -136,7 +166,7 @@ std::string comparison_markdown(const Comparison& c) {
 nlohmann::json comparison_json(const Comparison& c) {
   auto summary = [](const TraceSummary& s) {
     return nlohmann::json{{"step_time_s", s.step_time_s}, {"bubble_fraction", s.bubble_fraction},
-                          {"peak_memory_bytes", s.peak_memory_bytes}};
+                          {"peak_memory_bytes", s.peak_memory_bytes}, {"exposed_comm_s", s.exposed_comm_s}};
   };
   nlohmann::json kinds = nlohmann::json::array(), ops = nlohmann::json::array();
   for (const KindSummary& k : c.kinds)

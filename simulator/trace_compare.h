@@ -29,6 +29,7 @@ struct TraceSummary {
   double step_time_s = 0;
   double bubble_fraction = 0;  // compute tracks' idle share of the step, averaged over processes
   double peak_memory_bytes = 0;  // from metadata, 0 when absent
+  double exposed_comm_s = 0;     // communication events outside any compute event, per process (mean)
 };
 
 struct Comparison {

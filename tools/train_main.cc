@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "runtime/buffer.h"
+#include "runtime/launch.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/trainer.h"
 #include "simulator/trace.h"
@@ -126,6 +127,9 @@ int run(int argc, char** argv) {
   }
   if (o.format != "table" && o.format != "json") fail_all(*world, "--format: unknown '" + o.format + "' (expected table|json)");
   if (o.steps < 1) fail_all(*world, "--steps must be >= 1");
+  Result<LaunchInfo> launch = launch_info_from_env();
+  if (!launch.ok()) fail_all(*world, launch.error());
+  if (Status s = check_launch(*launch, world->size()); !s.ok()) fail_all(*world, s.error());
   Result<ModelSpec> m = load_model(o.model);
   if (!m.ok()) fail_all(*world, m.error());
   Result<Plan> plan = load_plan(o.plan_file);

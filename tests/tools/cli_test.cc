@@ -208,6 +208,16 @@ TEST(Train, BadInputs) {
                    "does not execute offload yet");
   expect_bad_input(run("train", "--model " + model + " --plan " + plan("t3.json", 0, 1, "bf16")), "trains in fp32");
   expect_bad_input(run("train", "--model nowhere --plan " + plan("t4.json", 0, 1, "fp32")), "nowhere: cannot open file");
+  // A torchrun-style start without mpirun: the launcher's world and MPI's disagree.
+  ToolRun torchrun = run("train", "--model " + model + " --plan " + plan("t6.json", 0, 1, "fp32") + " --steps 1");
+  const std::string torchrun_cmd = "env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 " + bin("train");
+  const std::string cmd = torchrun_cmd + " --model " + model + " --plan " + plan("t7.json", 0, 1, "fp32") +
+                          " --steps 1 >/dev/null 2>" + testing::TempDir() + "/torchrun.err";
+  const int status = std::system(cmd.c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_NE(slurp(testing::TempDir() + "/torchrun.err").find("torchrun says the world has 2 ranks but MPI has 1"),
+            std::string::npos);
+  EXPECT_EQ(torchrun.code, 0);
   ToolRun ok = run("train", "--model " + model + " --plan " + plan("t5.json", 0, 1, "fp32") + " --steps 2 --format json");
   ASSERT_EQ(ok.code, 0) << ok.err;
   EXPECT_EQ(nlohmann::json::parse(ok.out)["losses"].size(), 2u);
