@@ -239,3 +239,43 @@ TEST(AdamW, FirstStepByHand) {
 
 }  // namespace
 }  // namespace parallax::kernels
+
+#include "kernels/cast.h"
+
+namespace parallax::kernels {
+namespace {
+
+// bf16 keeps fp32's exponent and 7 mantissa bits: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 and
+// rounds to the even one (1); 1 + 3 * 2^-8 rounds up to 1 + 2^-6. fp16: 65504 is the largest
+// finite value, 65520 overflows; 2^-24 is the smallest subnormal; 1/3 -> 0.333251953125.
+TEST(Cast, RoundToNearestEven) {
+  const float in[] = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256, -2.5f, 65504.0f, 65520.0f, 5.9604645e-8f, 1.0f / 3};
+  uint16_t b[7], h[7];
+  float back[7];
+  to_bf16(b, in, 7);
+  from_bf16(back, b, 7);
+  EXPECT_EQ(back[0], 1.0f);
+  EXPECT_EQ(back[1], 1.0f + 1.0f / 64);
+  EXPECT_EQ(back[2], -2.5f);
+  to_fp16(h, in, 7);
+  from_fp16(back, h, 7);
+  EXPECT_EQ(back[3], 65504.0f);
+  EXPECT_TRUE(std::isinf(back[4]));
+  EXPECT_EQ(back[5], 5.9604644775390625e-8f);
+  EXPECT_EQ(back[6], 0.333251953125f);
+  EXPECT_EQ(h[2], 0xC100);  // -2.5 = -1.25 * 2^1
+}
+
+TEST(Cast, OverflowCheckAndUnscale) {
+  float g[] = {1.0f, 2.0f, 4.0f};
+  EXPECT_FALSE(has_inf_or_nan(g, 3));
+  unscale(g, 3, 4.0f);
+  EXPECT_EQ(g[2], 1.0f);
+  g[1] = INFINITY;
+  EXPECT_TRUE(has_inf_or_nan(g, 3));
+  g[1] = NAN;
+  EXPECT_TRUE(has_inf_or_nan(g, 3));
+}
+
+}  // namespace
+}  // namespace parallax::kernels
