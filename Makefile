@@ -4,7 +4,8 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: demo test build deps bench clean
+.PHONY: demo test build deps bench fuzz sanitize clean
+FUZZ_SECONDS ?= 60
 
 deps:
 	@tools/install-deps.sh
@@ -24,5 +25,19 @@ bench: build
 	$(BUILD)/bin/planner_bench
 	$(BUILD)/bin/simulator_bench
 
+# libFuzzer targets for the model, cluster, plan and trace readers, FUZZ_SECONDS each.
+fuzz:
+	@tools/install-deps.sh --fuzz
+	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+	  -DCMAKE_CXX_COMPILER=clang++ -DPARALLAX_FUZZ=ON -DPARALLAX_BUILD_TESTS=OFF -DPARALLAX_BUILD_BENCH=OFF >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target model_fuzz cluster_fuzz plan_fuzz trace_fuzz
+	tools/run-fuzz.sh build-fuzz $(FUZZ_SECONDS)
+
+# The whole test suite under AddressSanitizer and UndefinedBehaviorSanitizer.
+sanitize: deps
+	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPARALLAX_SANITIZE=ON -DPARALLAX_BUILD_BENCH=OFF >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-fuzz build-asan

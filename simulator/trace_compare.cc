@@ -1,6 +1,7 @@
 #include "simulator/trace_compare.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -20,12 +21,17 @@ Result<std::vector<Event>> complete_events(const nlohmann::json& trace, const ch
     return Error{std::string(which) + " trace: missing 'traceEvents' array"};
   std::vector<Event> out;
   for (const auto& e : trace["traceEvents"]) {
-    if (!e.is_object() || e.value("ph", "") != "X") continue;
+    if (!e.is_object() || !e.contains("ph") || !e["ph"].is_string() || e["ph"] != "X") continue;
     if (!e.contains("name") || !e["name"].is_string() || !e.contains("ts") || !e["ts"].is_number() ||
         !e.contains("dur") || !e["dur"].is_number() || !e.contains("pid") || !e["pid"].is_number_integer())
       return Error{std::string(which) + " trace: an event lacks name, pid, ts or dur"};
-    out.push_back({e["pid"].get<int>(), e.value("tid", 0), e["name"].get<std::string>(), e["ts"].get<double>() * 1e-6,
-                   e["dur"].get<double>() * 1e-6});
+    const bool tid_ok = e.contains("tid") && e["tid"].is_number_integer();
+    const double ts = e["ts"].get<double>(), dur = e["dur"].get<double>();
+    const int64_t pid = e["pid"].get<int64_t>();
+    if (!std::isfinite(ts) || !std::isfinite(dur) || dur < 0 || pid < 0 || pid > 1 << 24)
+      return Error{std::string(which) + " trace: an event has a negative or non-finite time, or a bad pid"};
+    out.push_back({static_cast<int>(pid), tid_ok ? static_cast<int>(e["tid"].get<int64_t>() != 0) : 0,
+                   e["name"].get<std::string>(), ts * 1e-6, dur * 1e-6});
   }
   if (out.empty()) return Error{std::string(which) + " trace: no complete ('X') events"};
   return out;
@@ -81,7 +87,8 @@ TraceSummary summarise(const std::vector<Event>& events, const nlohmann::json& t
     end = std::max(end, e.start_s + e.duration_s);
     if (e.tid == 0) busy[e.pid] += e.duration_s;
   }
-  const nlohmann::json meta = trace.value("metadata", nlohmann::json::object());
+  const nlohmann::json meta =
+      trace.contains("metadata") && trace["metadata"].is_object() ? trace["metadata"] : nlohmann::json::object();
   s.step_time_s = meta.contains("step_time_s") && meta["step_time_s"].is_number() ? meta["step_time_s"].get<double>()
                                                                                    : end - begin;
   double idle = 0;

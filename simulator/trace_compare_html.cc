@@ -18,6 +18,11 @@ const char* colour(const std::string& name) {
   return "#79706e";
 }
 
+// compare_traces has checked every complete event's fields; skip everything else.
+bool complete(const nlohmann::json& e) {
+  return e.is_object() && e.contains("ph") && e["ph"].is_string() && e["ph"] == "X";
+}
+
 std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) out += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
@@ -28,16 +33,16 @@ std::string escape(const std::string& s) {
 std::string timeline_svg(const nlohmann::json& trace, const std::string& title, double span_s) {
   int rows = 0;
   for (const auto& e : trace["traceEvents"])
-    if (e.value("ph", "") == "X") rows = std::max(rows, e["pid"].get<int>() + 1);
+    if (complete(e)) rows = std::max(rows, e["pid"].get<int>() + 1);
   const double left = 80, width = 1000, row = 28, scale = width / std::max(span_s, 1e-12);
   std::ostringstream svg;
   svg << "<h3>" << escape(title) << "</h3><svg xmlns='http://www.w3.org/2000/svg' width='" << left + width + 10
       << "' height='" << rows * row + 10 << "' font-family='sans-serif' font-size='11'>";
   for (int r = 0; r < rows; ++r) svg << "<text x='2' y='" << r * row + 14 << "'>stage " << r << "</text>";
   for (const auto& e : trace["traceEvents"]) {
-    if (e.value("ph", "") != "X") continue;
+    if (!complete(e)) continue;
     const std::string name = e["name"].get<std::string>();
-    const bool compute = e.value("tid", 0) == 0;
+    const bool compute = !e.contains("tid") || !e["tid"].is_number_integer() || e["tid"].get<int64_t>() == 0;
     const double x = left + e["ts"].get<double>() * 1e-6 * scale, w = std::max(0.5, e["dur"].get<double>() * 1e-6 * scale);
     svg << "<rect x='" << x << "' y='" << e["pid"].get<int>() * row + (compute ? 0 : 19) << "' width='" << w
         << "' height='" << (compute ? 17 : 6) << "' fill='" << colour(name) << "'><title>" << escape(name)
@@ -50,7 +55,7 @@ std::string timeline_svg(const nlohmann::json& trace, const std::string& title, 
 double span(const nlohmann::json& trace) {
   double end = 0;
   for (const auto& e : trace["traceEvents"])
-    if (e.value("ph", "") == "X") end = std::max(end, (e["ts"].get<double>() + e["dur"].get<double>()) * 1e-6);
+    if (complete(e)) end = std::max(end, (e["ts"].get<double>() + e["dur"].get<double>()) * 1e-6);
   return end;
 }
 

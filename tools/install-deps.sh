@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Parallax builds against, only those that are missing.
-# Used by `make demo`, `make test` and CI; safe to run again. Needs root (or sudo).
+# Used by `make demo`, `make test` and CI (`--fuzz` adds clang for `make fuzz`); safe to run again.
+# Needs root (or sudo).
 set -euo pipefail
 PACKAGES=(
   cmake g++ make ninja-build
@@ -8,6 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
 )
+if [[ "${1:-}" == "--fuzz" ]]; then PACKAGES+=(clang-14 libclang-rt-14-dev); fi
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
