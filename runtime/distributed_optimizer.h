@@ -33,6 +33,8 @@ class DistributedOptimizer {
   void gather_parameters();
   void release_parameters();
   void set_keep_parameters(bool keep) { keep_parameters_ = keep; }
+  // The shard's state (master copy, moments) for checkpoints.
+  std::vector<Buffer*> state() { return {&master_, &m_, &v_}; }
 
  private:
   std::vector<Param*> params_;

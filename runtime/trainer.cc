@@ -1,6 +1,7 @@
 #include "runtime/trainer.h"
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <map>
@@ -258,6 +259,63 @@ StepStats Trainer::step(int64_t step_index) {
   }
   record(OpRecord::kOptimizer, -1, -1, begin);
   return stats;
+}
+
+}  // namespace parallax
+
+namespace parallax {
+
+namespace {
+constexpr uint64_t kStateMagic = 0x5041524158535431ULL;  // "PARAXST1"
+
+std::vector<Buffer*> state_buffers(Transformer& model, std::vector<Buffer>& m, std::vector<Buffer>& v,
+                                   DistributedOptimizer* zero) {
+  std::vector<Buffer*> out;
+  if (zero) {
+    out = zero->state();
+  } else {
+    for (Param* p : model.params()) out.push_back(&p->value);
+    for (Buffer& b : m) out.push_back(&b);
+    for (Buffer& b : v) out.push_back(&b);
+  }
+  return out;
+}
+}  // namespace
+
+std::string Trainer::save_state() {
+  std::string out;
+  auto put = [&](const void* data, size_t bytes) { out.append(static_cast<const char*>(data), bytes); };
+  put(&kStateMagic, sizeof kStateMagic);
+  put(&updates_, sizeof updates_);
+  for (Buffer* b : state_buffers(model_, adam_m_, adam_v_, zero_.get())) {
+    const uint64_t n = b->size();
+    put(&n, sizeof n);
+    put(b->data(), n * sizeof(float));
+  }
+  return out;
+}
+
+Status Trainer::load_state(const std::string& bytes) {
+  size_t at = 0;
+  auto take = [&](void* data, size_t n) {
+    if (at + n > bytes.size()) return false;
+    std::memcpy(data, bytes.data() + at, n);
+    at += n;
+    return true;
+  };
+  uint64_t magic = 0;
+  int64_t updates = 0;
+  if (!take(&magic, sizeof magic) || magic != kStateMagic || !take(&updates, sizeof updates))
+    return Error{"not a Parallax training state"};
+  for (Buffer* b : state_buffers(model_, adam_m_, adam_v_, zero_.get())) {
+    uint64_t n = 0;
+    if (!take(&n, sizeof n) || n != b->size()) return Error{"state does not match this model and plan"};
+    if (!take(b->data(), n * sizeof(float))) return Error{"state is truncated"};
+  }
+  if (at != bytes.size()) return Error{"state has trailing bytes"};
+  updates_ = updates;
+  if (zero_ && plan_.zero < 3) zero_->gather_parameters();  // parameters follow the master shards
+  return Status::Ok();
 }
 
 }  // namespace parallax

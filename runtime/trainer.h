@@ -80,6 +80,11 @@ class Trainer {
   int64_t dp_bytes() const { return dp_->bytes_sent(); }
   int64_t pp_bytes() const { return pp_->bytes_sent(); }
   const RankCoords& coords() const { return coords_; }
+  int64_t updates() const { return updates_; }
+  // This rank's training state (parameters, optimizer moments, update count) as bytes, and back.
+  // The data position is the step index (synthetic and file data are a function of it).
+  std::string save_state();
+  Status load_state(const std::string& bytes);
   // The ops of the last step, measured with a steady clock.
   const std::vector<OpRecord>& last_step_ops() const { return records_; }
 

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "runtime/buffer.h"
+#include "runtime/checkpoint.h"
 #include "runtime/launch.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/trainer.h"
@@ -17,8 +18,9 @@ namespace parallax {
 namespace {
 
 struct Options {
-  std::string plan_file, model, format = "table", trace, data;
-  int64_t steps = 5;
+  std::string plan_file, model, format = "table", trace, data, checkpoint;
+  int64_t steps = 5, checkpoint_every = 0;
+  bool resume = false;
   uint64_t seed = 1234;
   double lr = 1e-3;
 };
@@ -116,6 +118,9 @@ int run(int argc, char** argv) {
   app.add_option("--format", o.format, "table|json")->capture_default_str();
   app.add_option("--trace", o.trace, "write the last step as a Chrome trace (the simulator's format)");
   app.add_option("--data", o.data, "train on a file of token ids (whitespace-separated) or bytes");
+  app.add_option("--checkpoint", o.checkpoint, "directory for sharded checkpoints (written at the end)");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "also write one every N steps");
+  app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --checkpoint");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -145,12 +150,27 @@ int run(int argc, char** argv) {
   options.adam.lr = static_cast<float>(o.lr);
   Result<std::unique_ptr<Trainer>> trainer = Trainer::create(*m, *plan, *world, options);
   if (!trainer.ok()) fail_all(*world, trainer.error());
+  if (o.resume && o.checkpoint.empty()) fail_all(*world, "--resume needs --checkpoint DIR");
+  const nlohmann::json identity = {{"plan", plan_to_json(*plan)}, {"model", m->name},
+                                   {"params_total", total_params(*m)}, {"world_size", world->size()}};
+  int64_t first = 0;
+  if (o.resume) {
+    Result<LoadedCheckpoint> ckpt = load_checkpoint(o.checkpoint, *world, identity);
+    if (!ckpt.ok()) fail_all(*world, ckpt.error());
+    if (Status s = (*trainer)->load_state(ckpt->state); !s.ok()) fail_all(*world, o.checkpoint + ": " + s.error());
+    first = ckpt->step;
+  }
   std::vector<double> losses, times;
-  for (int64_t step = 0; step < o.steps; ++step) {
+  for (int64_t step = first; step < o.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     losses.push_back((*trainer)->step(step).loss);
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const bool last = step + 1 == o.steps, periodic = o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0;
+    if (!o.checkpoint.empty() && (last || periodic))
+      if (Status s = save_checkpoint(o.checkpoint, step + 1, (*trainer)->save_state(), *world, identity); !s.ok())
+        fail_all(*world, s.error());
   }
+  if (losses.empty()) fail_all(*world, "nothing to do: the checkpoint is already at step " + std::to_string(first));
   report(o, *plan, **trainer, *world, losses, times);
   if (!o.trace.empty()) write_trace(o, *plan, *m, **trainer, *world, times.back());
   trainer = Error{"done"};  // release communicators before MPI_Finalize
