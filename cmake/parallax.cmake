@@ -1,15 +1,19 @@
 # Helpers shared by tests/ and bench/: one line per test or benchmark program.
 include(GoogleTest)
 
-# parallax_add_test(NAME SOURCES... LIBS libs... [LABELS labels...])
+# parallax_add_test(NAME SOURCES... LIBS libs... [LABELS labels...] [SERIAL])
+# SERIAL: run alone (tests that time things).
 function(parallax_add_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "SERIAL" "" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest_main)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   set(props ENVIRONMENT "PARALLAX_BIN_DIR=${CMAKE_BINARY_DIR}/bin")
   if(ARG_LABELS)
     list(APPEND props LABELS "${ARG_LABELS}")
+  endif()
+  if(ARG_SERIAL)
+    list(APPEND props RUN_SERIAL TRUE)
   endif()
   gtest_discover_tests(${name} PROPERTIES ${props})
 endfunction()
