@@ -3,12 +3,14 @@
 // Rank 0 prints the losses per step, the median step time after a warm-up step, tokens/s, the
 // peak memory over ranks from the runtime's allocator and the bytes each group kind sent.
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <iostream>
 
 #include "runtime/buffer.h"
 #include "runtime/checkpoint.h"
 #include "runtime/launch.h"
+#include "runtime/watchdog.h"
 #include "runtime/mpi_communicator.h"
 #include "runtime/trainer.h"
 #include "simulator/trace.h"
@@ -19,7 +21,8 @@ namespace {
 
 struct Options {
   std::string plan_file, model, format = "table", trace, data, checkpoint;
-  int64_t steps = 5, checkpoint_every = 0;
+  int64_t steps = 5, checkpoint_every = 0, fail_rank = -1, fail_after_steps = 0;
+  double watchdog_s = 60;
   bool resume = false;
   uint64_t seed = 1234;
   double lr = 1e-3;
@@ -121,6 +124,9 @@ int run(int argc, char** argv) {
   app.add_option("--checkpoint", o.checkpoint, "directory for sharded checkpoints (written at the end)");
   app.add_option("--checkpoint-every", o.checkpoint_every, "also write one every N steps");
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --checkpoint");
+  app.add_option("--watchdog-seconds", o.watchdog_s, "end a rank stuck this long in a collective")->capture_default_str();
+  app.add_option("--fail-rank", o.fail_rank, "test hook: kill this rank ...");
+  app.add_option("--fail-after-steps", o.fail_after_steps, "... after this many steps");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -148,14 +154,17 @@ int run(int argc, char** argv) {
   }
   options.seed = o.seed;
   options.adam.lr = static_cast<float>(o.lr);
-  Result<std::unique_ptr<Trainer>> trainer = Trainer::create(*m, *plan, *world, options);
+  if (o.watchdog_s <= 0) fail_all(*world, "--watchdog-seconds must be > 0");
+  Watchdog dog(world->rank(), o.watchdog_s);
+  std::unique_ptr<Communicator> watched_world = watched(make_mpi_world(&argc, &argv), &dog);
+  Result<std::unique_ptr<Trainer>> trainer = Trainer::create(*m, *plan, *watched_world, options);
   if (!trainer.ok()) fail_all(*world, trainer.error());
   if (o.resume && o.checkpoint.empty()) fail_all(*world, "--resume needs --checkpoint DIR");
   const nlohmann::json identity = {{"plan", plan_to_json(*plan)}, {"model", m->name},
                                    {"params_total", total_params(*m)}, {"world_size", world->size()}};
   int64_t first = 0;
   if (o.resume) {
-    Result<LoadedCheckpoint> ckpt = load_checkpoint(o.checkpoint, *world, identity);
+    Result<LoadedCheckpoint> ckpt = load_checkpoint(o.checkpoint, *watched_world, identity);
     if (!ckpt.ok()) fail_all(*world, ckpt.error());
     if (Status s = (*trainer)->load_state(ckpt->state); !s.ok()) fail_all(*world, o.checkpoint + ": " + s.error());
     first = ckpt->step;
@@ -165,15 +174,17 @@ int run(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     losses.push_back((*trainer)->step(step).loss);
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (world->rank() == o.fail_rank && step + 1 - first == o.fail_after_steps) std::raise(SIGKILL);
     const bool last = step + 1 == o.steps, periodic = o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0;
     if (!o.checkpoint.empty() && (last || periodic))
-      if (Status s = save_checkpoint(o.checkpoint, step + 1, (*trainer)->save_state(), *world, identity); !s.ok())
+      if (Status s = save_checkpoint(o.checkpoint, step + 1, (*trainer)->save_state(), *watched_world, identity); !s.ok())
         fail_all(*world, s.error());
   }
   if (losses.empty()) fail_all(*world, "nothing to do: the checkpoint is already at step " + std::to_string(first));
-  report(o, *plan, **trainer, *world, losses, times);
-  if (!o.trace.empty()) write_trace(o, *plan, *m, **trainer, *world, times.back());
+  report(o, *plan, **trainer, *watched_world, losses, times);
+  if (!o.trace.empty()) write_trace(o, *plan, *m, **trainer, *watched_world, times.back());
   trainer = Error{"done"};  // release communicators before MPI_Finalize
+  watched_world.reset();
   world.reset();
   finalize_mpi();
   return 0;

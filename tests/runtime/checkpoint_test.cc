@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -89,6 +90,17 @@ TEST(Checkpoint, RefusesCorruptOrMismatchedCheckpoints) {
   const Out none = train(2, p, "--steps 2 --checkpoint " + temp("empty") + " --resume");
   EXPECT_EQ(none.code, 2);
   EXPECT_NE(none.text.find("no checkpoint to resume from"), std::string::npos) << none.text;
+}
+
+// --fail-rank kills a rank mid-run: the job must end (not hang), non-zero, within 60 s, and say
+// which rank failed.
+TEST(FailingRank, JobEndsQuicklyNamingTheRank) {
+  const auto start = std::chrono::steady_clock::now();
+  const Out o = train(2, plan(1, 2, 1, 0), "--steps 50 --fail-rank 1 --fail-after-steps 2 --watchdog-seconds 20");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(o.code, 0);
+  EXPECT_LT(seconds, 60.0);
+  EXPECT_TRUE(o.text.find("rank 1") != std::string::npos) << o.text;
 }
 
 }  // namespace
