@@ -1,6 +1,7 @@
 #include "runtime/distributed_optimizer.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace parallax {
 
@@ -51,6 +52,12 @@ void DistributedOptimizer::step(const kernels::AdamWConfig& cfg, int step, float
                         grad_scale);
   std::fill(grad_.begin(), grad_.end(), 0.0f);
   if (keep_parameters_) gather_parameters();
+}
+
+void DistributedOptimizer::discard_gradients() { std::fill(grad_.begin(), grad_.end(), 0.0f); }
+
+void DistributedOptimizer::poison_gradient() {
+  if (!grad_.empty()) grad_[0] = std::numeric_limits<float>::infinity();
 }
 
 void DistributedOptimizer::gather_parameters() {

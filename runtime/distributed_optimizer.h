@@ -33,6 +33,9 @@ class DistributedOptimizer {
   void gather_parameters();
   void release_parameters();
   void set_keep_parameters(bool keep) { keep_parameters_ = keep; }
+  // Drops the shard's gradients (a skipped step); poisons one (a test hook for overflow).
+  void discard_gradients();
+  void poison_gradient();
   // The shard's state (master copy, moments) for checkpoints.
   std::vector<Buffer*> state() { return {&master_, &m_, &v_}; }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <sstream>
 #include <map>
@@ -30,9 +31,6 @@ Status check_runtime_support(const Plan& p) {
   if (p.pp > 1 && 2 * p.micro_batches() * p.pp * p.virtual_stages > 32767)
     return Error{"too many micro-batches x stages for MPI tags (at most 32767 transfers per step)"};
   if (p.offload) return no("offload");
-  if (p.precision != Precision::kFp32)
-    return Error{std::string("the CPU runtime trains in fp32; set \"precision\": \"fp32\" (plan has ") +
-                 precision_name(p.precision) + ")"};
   return Status::Ok();
 }
 
@@ -56,6 +54,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   model->set_sequence_parallel(plan.sequence_parallel);
   std::unique_ptr<Trainer> t(new Trainer(m, plan, options, std::move(model).value()));
   t->coords_ = rc;
+  if (plan.precision == Precision::kFp16) t->scaler_.scale = LossScaler::kInitial;
   Communicator* w = &world;
   t->world_barrier_ = [w] { w->barrier(); };
   const int tp = static_cast<int>(plan.tp), dp = static_cast<int>(plan.dp);
@@ -156,7 +155,7 @@ double Trainer::run_micro_batches(int64_t step_index) {
   const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len);
   const int64_t p = plan_.pp, v = plan_.virtual_stages;
   const int64_t n = static_cast<int64_t>(model_.local_tokens(b * s)) * m_.hidden;  // a boundary tensor
-  const float weight = 1.0f / static_cast<float>(plan_.global_batch * plan_.seq_len);
+  const float weight = scaler_.scale / static_cast<float>(plan_.global_batch * plan_.seq_len);
   std::vector<int> inputs(static_cast<size_t>(b) * s), targets(inputs.size());
   std::map<int64_t, Transformer::MicroBatch> states;  // by mb * v + chunk
   Buffer in(n), out(n);
@@ -225,6 +224,29 @@ double Trainer::gradient_norm() {
   return std::sqrt(static_cast<double>(sumsq));
 }
 
+void LossScaler::update(bool overflow) {
+  if (scale == 1.0f && clean_steps == 0 && !overflow) return;  // not scaling
+  if (overflow) {
+    scale *= kBackoff;
+    clean_steps = 0;
+  } else if (++clean_steps % kGrowthInterval == 0) {
+    scale *= kGrowth;
+  }
+}
+
+void Trainer::reduce_gradients(std::vector<Param*>& params, int64_t step_index) {
+  if (model_.sequence_parallel())  // norms saw only this rank's tokens
+    for (Param* p : params)
+      if (p->sp_partial) tp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
+  const bool poison = step_index == options_.inject_overflow_step && coords_.tp == 0 && coords_.dp == 0 && coords_.pp == 0;
+  if (poison && plan_.zero < 2) params[0]->grad[0] = std::numeric_limits<float>::infinity();
+  if (poison && plan_.zero >= 2) zero_->poison_gradient();
+  sync_tied_embedding();
+  if (plan_.zero == 1) zero_->reduce_gradients();
+  if (plan_.zero == 0)
+    for (Param* p : params) dp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
+}
+
 StepStats Trainer::step(int64_t step_index) {
   std::vector<Param*> params = model_.params();
   for (Param* p : params) std::fill(p->grad.begin(), p->grad.end(), 0.0f);
@@ -233,22 +255,28 @@ StepStats Trainer::step(int64_t step_index) {
   step_start_ = std::chrono::steady_clock::now();
   float loss = static_cast<float>(run_micro_batches(step_index));
   auto begin = std::chrono::steady_clock::now();
-  if (model_.sequence_parallel())  // norms saw only this rank's tokens
-    for (Param* p : params)
-      if (p->sp_partial) tp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
-  sync_tied_embedding();
-  if (plan_.zero == 1) zero_->reduce_gradients();
-  if (plan_.zero == 0)
-    for (Param* p : params) dp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
-  if (plan_.dp > 1 && plan_.zero < 2 && plan_.zero >= 0)
+  reduce_gradients(params, step_index);
+  if (plan_.dp > 1 && plan_.zero < 2)
     record(plan_.zero == 0 ? OpRecord::kDpAllReduce : OpRecord::kDpReduceScatter, -1, -1, begin);
   pp_->all_reduce(&loss, 1, ReduceOp::kSum);  // only the last stage holds losses
   dp_->all_reduce(&loss, 1, ReduceOp::kSum);
   begin = std::chrono::steady_clock::now();
   StepStats stats;
   stats.loss = loss / static_cast<double>(plan_.global_batch * plan_.seq_len);
-  stats.grad_norm = gradient_norm();
-  const float scale = stats.grad_norm > options_.clip_norm ? static_cast<float>(options_.clip_norm / (stats.grad_norm + 1e-6)) : 1.0f;
+  // The norm is summed over every rank, so an inf or NaN anywhere reaches every rank alike.
+  const float used_scale = scaler_.scale;  // the gradients were computed for loss x used_scale
+  const double scaled_norm = gradient_norm();
+  stats.grad_norm = scaled_norm / used_scale;
+  stats.skipped = !std::isfinite(scaled_norm) || step_index == options_.skip_step;
+  if (step_index != options_.skip_step) scaler_.update(!std::isfinite(scaled_norm));
+  stats.loss_scale = scaler_.scale;
+  if (stats.skipped) {
+    if (zero_) zero_->discard_gradients();
+    record(OpRecord::kOptimizer, -1, -1, begin);
+    return stats;
+  }
+  const float clip = stats.grad_norm > options_.clip_norm ? static_cast<float>(options_.clip_norm / (stats.grad_norm + 1e-6)) : 1.0f;
+  const float scale = clip / used_scale;
   ++updates_;
   if (zero_) {
     zero_->step(options_.adam, static_cast<int>(updates_), scale);
@@ -287,6 +315,8 @@ std::string Trainer::save_state() {
   auto put = [&](const void* data, size_t bytes) { out.append(static_cast<const char*>(data), bytes); };
   put(&kStateMagic, sizeof kStateMagic);
   put(&updates_, sizeof updates_);
+  put(&scaler_.scale, sizeof scaler_.scale);
+  put(&scaler_.clean_steps, sizeof scaler_.clean_steps);
   for (Buffer* b : state_buffers(model_, adam_m_, adam_v_, zero_.get())) {
     const uint64_t n = b->size();
     put(&n, sizeof n);
@@ -305,7 +335,9 @@ Status Trainer::load_state(const std::string& bytes) {
   };
   uint64_t magic = 0;
   int64_t updates = 0;
-  if (!take(&magic, sizeof magic) || magic != kStateMagic || !take(&updates, sizeof updates))
+  LossScaler scaler;
+  if (!take(&magic, sizeof magic) || magic != kStateMagic || !take(&updates, sizeof updates) ||
+      !take(&scaler.scale, sizeof scaler.scale) || !take(&scaler.clean_steps, sizeof scaler.clean_steps))
     return Error{"not a Parallax training state"};
   for (Buffer* b : state_buffers(model_, adam_m_, adam_v_, zero_.get())) {
     uint64_t n = 0;
@@ -314,6 +346,7 @@ Status Trainer::load_state(const std::string& bytes) {
   }
   if (at != bytes.size()) return Error{"state has trailing bytes"};
   updates_ = updates;
+  scaler_ = scaler;
   if (zero_ && plan_.zero < 3) zero_->gather_parameters();  // parameters follow the master shards
   return Status::Ok();
 }

@@ -7,7 +7,8 @@
 // Pipeline parallelism executes planner/schedule.h's op list for this stage (GPipe, 1F1B,
 // interleaved, ZB-H1) with asynchronous sends and tagged receives. Implemented so far: TP (with
 // vocab-parallel embedding and loss, sequence parallelism), PP, DP, ZeRO-1/2/3, full and selective
-// recompute, ZeRO-3 (parameters gathered around every op), gradient accumulation, in fp32; ZB-H1's W
+// recompute, ZeRO-3 (parameters gathered around every op), gradient accumulation; the math is
+// fp32 (fp16 plans add dynamic loss scaling and step skipping on overflow); ZB-H1's W
 // ops are empty (B computes the weight gradients too). Other settings are refused by
 // check_runtime_support().
 #pragma once
@@ -34,6 +35,8 @@ struct TrainOptions {
   kernels::AdamWConfig adam;
   float clip_norm = 1.0f;
   std::vector<int> data;      // token stream to train on; empty: synthetic tokens
+  int64_t inject_overflow_step = -1;  // test hook: an inf in one rank's gradients at this step
+  int64_t skip_step = -1;             // test hook: skip this step's update as an overflow would
 };
 
 // Reads a training file: whitespace-separated token ids if it holds only those, else its bytes
@@ -66,7 +69,20 @@ struct OpRecord {
 
 struct StepStats {
   double loss = 0;       // mean token loss over the global batch
-  double grad_norm = 0;  // before clipping
+  double grad_norm = 0;  // before clipping (unscaled)
+  bool skipped = false;  // inf/NaN gradients on some rank: no update on any rank
+  double loss_scale = 1;
+};
+
+// Dynamic loss scaling for fp16 (Micikevicius et al.): gradients are computed for loss x scale;
+// an overflow anywhere skips the step on every rank and halves the scale; every 2,000 clean
+// steps double it. Other precisions keep the scale at 1.
+struct LossScaler {
+  static constexpr float kInitial = 65536.0f, kBackoff = 0.5f, kGrowth = 2.0f;
+  static constexpr int64_t kGrowthInterval = 2000;
+  float scale = 1.0f;
+  int64_t clean_steps = 0;
+  void update(bool overflow);
 };
 
 class Trainer {
@@ -95,6 +111,7 @@ class Trainer {
   void fill_batch(int64_t step_index, int64_t mb, std::vector<int>& inputs, std::vector<int>& targets) const;
   int tag(OpKind kind, int64_t mb, int64_t receiver_vs) const;
   void sync_tied_embedding();
+  void reduce_gradients(std::vector<Param*>& params, int64_t step_index);
   double gradient_norm();
   bool counted(const Param* p);
 
@@ -107,6 +124,7 @@ class Trainer {
   std::vector<Buffer> adam_m_, adam_v_;          // ZeRO 0
   std::unique_ptr<DistributedOptimizer> zero_;  // ZeRO 1 and 2
   int64_t updates_ = 0;
+  LossScaler scaler_;
   std::vector<OpRecord> records_;
   std::function<void()> world_barrier_;
   std::chrono::steady_clock::time_point step_start_;

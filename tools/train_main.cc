@@ -21,7 +21,8 @@ namespace {
 
 struct Options {
   std::string plan_file, model, format = "table", trace, data, checkpoint;
-  int64_t steps = 5, checkpoint_every = 0, fail_rank = -1, fail_after_steps = 0;
+  int64_t steps = 5, checkpoint_every = 0, fail_rank = -1, fail_after_steps = 0, inject_overflow_step = -1,
+          skip_step = -1;
   double watchdog_s = 60;
   bool resume = false;
   uint64_t seed = 1234;
@@ -85,7 +86,8 @@ void write_trace(const Options& o, const Plan& plan, const ModelSpec& m, Trainer
 }
 
 void report(const Options& o, const Plan& plan, Trainer& trainer, Communicator& world,
-            const std::vector<double>& losses, const std::vector<double>& times) {
+            const std::vector<double>& losses, const std::vector<double>& times, const std::vector<int64_t>& skipped,
+            double loss_scale) {
   float peak_kib = static_cast<float>(MemoryTracker::peak_bytes() / 1024);
   float bytes[3] = {static_cast<float>(trainer.tp_bytes()), static_cast<float>(trainer.pp_bytes()),
                     static_cast<float>(trainer.dp_bytes())};
@@ -98,7 +100,9 @@ void report(const Options& o, const Plan& plan, Trainer& trainer, Communicator& 
                       {"tokens_per_s", static_cast<double>(plan.global_batch * plan.seq_len) / step_s},
                       {"peak_memory_bytes", static_cast<int64_t>(peak_kib) * 1024},
                       {"comm_bytes", {{"tp", bytes[0]}, {"pp", bytes[1]}, {"dp", bytes[2]}}},
-                      {"ranks", plan.gpus()}};
+                      {"ranks", plan.gpus()},
+                      {"skipped_steps", skipped},
+                      {"loss_scale", loss_scale}};
   if (o.format == "json") {
     std::cout << j.dump() << "\n";
     return;
@@ -127,6 +131,8 @@ int run(int argc, char** argv) {
   app.add_option("--watchdog-seconds", o.watchdog_s, "end a rank stuck this long in a collective")->capture_default_str();
   app.add_option("--fail-rank", o.fail_rank, "test hook: kill this rank ...");
   app.add_option("--fail-after-steps", o.fail_after_steps, "... after this many steps");
+  app.add_option("--inject-overflow-step", o.inject_overflow_step, "test hook: an inf in rank 0's gradients at this step");
+  app.add_option("--skip-step", o.skip_step, "test hook: skip this step's update (as an overflow would)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -153,6 +159,8 @@ int run(int argc, char** argv) {
     options.data = std::move(tokens).value();
   }
   options.seed = o.seed;
+  options.inject_overflow_step = o.inject_overflow_step;
+  options.skip_step = o.skip_step;
   options.adam.lr = static_cast<float>(o.lr);
   if (o.watchdog_s <= 0) fail_all(*world, "--watchdog-seconds must be > 0");
   Watchdog dog(world->rank(), o.watchdog_s);
@@ -170,9 +178,14 @@ int run(int argc, char** argv) {
     first = ckpt->step;
   }
   std::vector<double> losses, times;
+  std::vector<int64_t> skipped;
+  double loss_scale = 1;
   for (int64_t step = first; step < o.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    losses.push_back((*trainer)->step(step).loss);
+    const StepStats stats = (*trainer)->step(step);
+    losses.push_back(stats.loss);
+    if (stats.skipped) skipped.push_back(step);
+    loss_scale = stats.loss_scale;
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     if (world->rank() == o.fail_rank && step + 1 - first == o.fail_after_steps) std::raise(SIGKILL);
     const bool last = step + 1 == o.steps, periodic = o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0;
@@ -181,7 +194,7 @@ int run(int argc, char** argv) {
         fail_all(*world, s.error());
   }
   if (losses.empty()) fail_all(*world, "nothing to do: the checkpoint is already at step " + std::to_string(first));
-  report(o, *plan, **trainer, *watched_world, losses, times);
+  report(o, *plan, **trainer, *watched_world, losses, times, skipped, loss_scale);
   if (!o.trace.empty()) write_trace(o, *plan, *m, **trainer, *watched_world, times.back());
   trainer = Error{"done"};  // release communicators before MPI_Finalize
   watched_world.reset();

@@ -21,14 +21,21 @@ std::string bin() {
 
 std::string temp(const std::string& name) { return testing::TempDir() + "/ckpt_" + std::to_string(getpid()) + "_" + name; }
 
-std::string plan(int tp, int pp, int dp, int zero) {
+std::string plan(int tp, int pp, int dp, int zero, const char* precision = "fp32") {
   const std::string path = temp("plan_" + std::to_string(tp) + std::to_string(pp) + std::to_string(dp) +
-                                std::to_string(zero) + ".json");
+                                std::to_string(zero) + precision + ".json");
   std::ofstream(path) << nlohmann::json{{"tp", tp}, {"pp", pp}, {"dp", dp}, {"zero", zero}, {"micro_batch", 1},
                                         {"global_batch", 8}, {"seq_len", 16}, {"schedule", "1f1b"},
-                                        {"recompute", "none"}, {"sequence_parallel", false}, {"precision", "fp32"}}
+                                        {"recompute", "none"}, {"sequence_parallel", false}, {"precision", precision}}
                              .dump();
   return path;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 struct Out {
@@ -90,6 +97,31 @@ TEST(Checkpoint, RefusesCorruptOrMismatchedCheckpoints) {
   const Out none = train(2, p, "--steps 2 --checkpoint " + temp("empty") + " --resume");
   EXPECT_EQ(none.code, 2);
   EXPECT_NE(none.text.find("no checkpoint to resume from"), std::string::npos) << none.text;
+}
+
+// fp16: an inf in one rank's gradients skips the step on every rank and halves the loss scale;
+// training goes on and ends with the weights of a run that skipped that step.
+TEST(Overflow, SkippedOnAllRanksAndBacksOff) {
+  for (int zero : {0, 2}) {
+    const std::string p = plan(1, 1, 2, zero, "fp16"), a = temp("ovA"), b = temp("ovB");
+    std::filesystem::remove_all(a);
+    std::filesystem::remove_all(b);
+    const Out injected = train(2, p, "--steps 5 --inject-overflow-step 2 --checkpoint " + a);
+    const Out skipped = train(2, p, "--steps 5 --skip-step 2 --checkpoint " + b);
+    ASSERT_EQ(injected.code, 0) << injected.text;
+    ASSERT_EQ(skipped.code, 0) << skipped.text;
+    const nlohmann::json ji = nlohmann::json::parse(injected.text.substr(injected.text.find('{')));
+    const nlohmann::json js = nlohmann::json::parse(skipped.text.substr(skipped.text.find('{')));
+    EXPECT_EQ(ji["skipped_steps"], nlohmann::json::array({2}));
+    EXPECT_EQ(ji["loss_scale"], 32768.0);  // 65536 backed off once
+    EXPECT_EQ(js["loss_scale"], 65536.0);
+    EXPECT_EQ(ji["losses"], js["losses"]);
+    // Final weights and moments equal bit for bit; only the scaler state (bytes 16-27) differs.
+    for (int rank : {0, 1}) {
+      const std::string shard = "/step-00000005/rank-" + std::to_string(rank) + ".bin";
+      EXPECT_EQ(read(a + shard).substr(28), read(b + shard).substr(28)) << "zero " << zero << " rank " << rank;
+    }
+  }
 }
 
 // --fail-rank kills a rank mid-run: the job must end (not hang), non-zero, within 60 s, and say
