@@ -6,6 +6,7 @@ CMAKE_FLAGS ?=
 
 .PHONY: demo test build deps bench fuzz sanitize clean
 FUZZ_SECONDS ?= 60
+FUZZ_RUNS ?=
 
 deps:
 	@tools/install-deps.sh
@@ -31,13 +32,14 @@ fuzz:
 	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
 	  -DCMAKE_CXX_COMPILER=clang++ -DPARALLAX_FUZZ=ON -DPARALLAX_BUILD_TESTS=OFF -DPARALLAX_BUILD_BENCH=OFF >/dev/null
 	@cmake --build build-fuzz -j $(JOBS) --target model_fuzz cluster_fuzz plan_fuzz trace_fuzz
-	tools/run-fuzz.sh build-fuzz $(FUZZ_SECONDS)
+	FUZZ_RUNS=$(FUZZ_RUNS) tools/run-fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
-# The whole test suite under AddressSanitizer and UndefinedBehaviorSanitizer.
+# The whole test suite under AddressSanitizer and UndefinedBehaviorSanitizer (less the timing
+# loop, which measures speed the sanitizers change).
 sanitize: deps
-	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPARALLAX_SANITIZE=ON -DPARALLAX_BUILD_BENCH=OFF >/dev/null
+	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPARALLAX_SANITIZE=ON -DPARALLAX_BUILD_BENCH=OFF >/dev/null
 	@cmake --build build-asan -j $(JOBS)
-	cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -LE timing
 
 clean:
 	rm -rf $(BUILD) build-fuzz build-asan

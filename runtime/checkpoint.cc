@@ -75,7 +75,7 @@ uint64_t fnv1a64(const std::string& bytes) {
 }
 
 Status save_checkpoint(const std::string& dir, int64_t step, const std::string& state, Communicator& world,
-                       const nlohmann::json& identity) {
+                       const nlohmann::json& identity, const nlohmann::json& info) {
   const fs::path step_dir = fs::path(dir) / step_name(step);
   std::error_code ec;
   fs::create_directories(step_dir, ec);
@@ -86,7 +86,9 @@ Status save_checkpoint(const std::string& dir, int64_t step, const std::string& 
   Status done = Status::Ok();
   if (world.rank() == 0) {
     nlohmann::json manifest = identity;
+    for (const auto& [key, value] : info.items()) manifest[key] = value;
     manifest["step"] = step;
+    manifest["data_position"] = step;  // data is a function of the step index
     manifest["checksums"] = nlohmann::json::array();
     for (uint64_t s : sums) manifest["checksums"].push_back(hex(s));
     done = write_atomically(step_dir / "manifest.json", manifest.dump(2));

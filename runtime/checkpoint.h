@@ -15,9 +15,10 @@
 
 namespace parallax {
 
-// `identity`: what a resumed run must match (plan, model, world size).
+// `identity`: what a resumed run must match (plan, model, world size, seeds, data); `info`: more
+// to record in the manifest (loss scale, ...).
 Status save_checkpoint(const std::string& dir, int64_t step, const std::string& state, Communicator& world,
-                       const nlohmann::json& identity);
+                       const nlohmann::json& identity, const nlohmann::json& info = nlohmann::json::object());
 
 struct LoadedCheckpoint {
   int64_t step = 0;

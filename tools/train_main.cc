@@ -168,8 +168,15 @@ int run(int argc, char** argv) {
   Result<std::unique_ptr<Trainer>> trainer = Trainer::create(*m, *plan, *watched_world, options);
   if (!trainer.ok()) fail_all(*world, trainer.error());
   if (o.resume && o.checkpoint.empty()) fail_all(*world, "--resume needs --checkpoint DIR");
+  // What a resumed run must match. The data position is the step; the random state is the
+  // seeds (initialization and synthetic tokens are counter-based functions of them).
   const nlohmann::json identity = {{"plan", plan_to_json(*plan)}, {"model", m->name},
-                                   {"params_total", total_params(*m)}, {"world_size", world->size()}};
+                                   {"params_total", total_params(*m)}, {"world_size", world->size()},
+                                   {"seed", o.seed}, {"data_seed", options.data_seed},
+                                   {"data", options.data.empty() ? std::string("synthetic")
+                                                                 : "fnv1a64:" + std::to_string(fnv1a64(std::string(
+                                                                       reinterpret_cast<const char*>(options.data.data()),
+                                                                       options.data.size() * sizeof(int))))}};
   int64_t first = 0;
   if (o.resume) {
     Result<LoadedCheckpoint> ckpt = load_checkpoint(o.checkpoint, *watched_world, identity);
@@ -190,7 +197,9 @@ int run(int argc, char** argv) {
     if (world->rank() == o.fail_rank && step + 1 - first == o.fail_after_steps) std::raise(SIGKILL);
     const bool last = step + 1 == o.steps, periodic = o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0;
     if (!o.checkpoint.empty() && (last || periodic))
-      if (Status s = save_checkpoint(o.checkpoint, step + 1, (*trainer)->save_state(), *watched_world, identity); !s.ok())
+      if (Status s = save_checkpoint(o.checkpoint, step + 1, (*trainer)->save_state(), *watched_world, identity,
+                                     {{"loss_scale", stats.loss_scale}, {"updates", (*trainer)->updates()}});
+          !s.ok())
         fail_all(*world, s.error());
   }
   if (losses.empty()) fail_all(*world, "nothing to do: the checkpoint is already at step " + std::to_string(first));
