@@ -8,6 +8,9 @@
 
 namespace parallax {
 
+// The splitmix64 finalizer: a well-mixed 64-bit hash of x (also behind the synthetic tokens).
+uint64_t splitmix64(uint64_t x);
+
 // A standard normal sample for (seed, tensor, index).
 float counter_normal(uint64_t seed, uint64_t tensor, uint64_t index);
 

@@ -7,18 +7,10 @@
 #include <sstream>
 #include <map>
 
+#include "runtime/init.h"
 #include "runtime/transformer_cache.h"
 
 namespace parallax {
-
-namespace {
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-}  // namespace
 
 RankCoords rank_coords(const Plan& plan, int world_rank) {
   const int t = static_cast<int>(plan.tp), d = static_cast<int>(plan.dp);
@@ -35,9 +27,10 @@ Status check_runtime_support(const Plan& p) {
 }
 
 int synthetic_token(uint64_t data_seed, int64_t step, int64_t seq, int64_t pos, int64_t vocab) {
-  const uint64_t h = mix(mix(mix(data_seed) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(seq)) ^
+  const uint64_t h = splitmix64(splitmix64(splitmix64(data_seed) ^ static_cast<uint64_t>(step)) ^
+                                static_cast<uint64_t>(seq)) ^
                      static_cast<uint64_t>(pos);
-  return static_cast<int>(mix(h) % static_cast<uint64_t>(vocab));
+  return static_cast<int>(splitmix64(h) % static_cast<uint64_t>(vocab));
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan& plan, Communicator& world,
