@@ -112,11 +112,7 @@ void report(const Options& o, const Plan& plan, Trainer& trainer, Communicator& 
             << " tokens/s, peak memory " << cli::fixed(peak_kib / 1024.0, 1) << " MiB per rank\n";
 }
 
-int run(int argc, char** argv) {
-  cli::set_tool_name("train");
-  std::unique_ptr<Communicator> world = make_mpi_world(&argc, &argv);
-  CLI::App app{"Train a model with a plan on CPU ranks (mpirun -np N train ...)."};
-  Options o;
+void add_options(CLI::App& app, Options& o) {
   app.add_option("--plan", o.plan_file, "plan JSON")->required();
   app.add_option("--model", o.model, "Hugging Face config.json, or a name in models/")->required();
   app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
@@ -133,6 +129,77 @@ int run(int argc, char** argv) {
   app.add_option("--fail-after-steps", o.fail_after_steps, "... after this many steps");
   app.add_option("--inject-overflow-step", o.inject_overflow_step, "test hook: an inf in rank 0's gradients at this step");
   app.add_option("--skip-step", o.skip_step, "test hook: skip this step's update (as an overflow would)");
+}
+
+// Validates the flags, the launcher and the inputs; any problem ends every rank with exit 2.
+TrainOptions prepare(const Options& o, const ModelSpec& m, const Communicator& world) {
+  if (o.format != "table" && o.format != "json") fail_all(world, "--format: unknown '" + o.format + "' (expected table|json)");
+  if (o.steps < 1) fail_all(world, "--steps must be >= 1");
+  if (o.watchdog_s <= 0) fail_all(world, "--watchdog-seconds must be > 0");
+  if (o.resume && o.checkpoint.empty()) fail_all(world, "--resume needs --checkpoint DIR");
+  Result<LaunchInfo> launch = launch_info_from_env();
+  if (!launch.ok()) fail_all(world, launch.error());
+  if (Status s = check_launch(*launch, world.size()); !s.ok()) fail_all(world, s.error());
+  TrainOptions options;
+  if (!o.data.empty()) {
+    Result<std::vector<int>> tokens = read_token_file(o.data, m.vocab);
+    if (!tokens.ok()) fail_all(world, tokens.error());
+    options.data = std::move(tokens).value();
+  }
+  options.seed = o.seed;
+  options.inject_overflow_step = o.inject_overflow_step;
+  options.skip_step = o.skip_step;
+  options.adam.lr = static_cast<float>(o.lr);
+  return options;
+}
+
+// What a resumed run must match. The data position is the step; the random state is the seeds
+// (initialization and synthetic tokens are counter-based functions of them).
+nlohmann::json run_identity(const Options& o, const Plan& plan, const ModelSpec& m, const TrainOptions& options,
+                            int world_size) {
+  const std::string data = options.data.empty()
+                               ? std::string("synthetic")
+                               : "fnv1a64:" + std::to_string(fnv1a64(std::string(
+                                                  reinterpret_cast<const char*>(options.data.data()),
+                                                  options.data.size() * sizeof(int))));
+  return {{"plan", plan_to_json(plan)}, {"model", m.name}, {"params_total", total_params(m)},
+          {"world_size", world_size}, {"seed", o.seed}, {"data_seed", options.data_seed}, {"data", data}};
+}
+
+struct RunLog {
+  std::vector<double> losses, times;
+  std::vector<int64_t> skipped;
+  double loss_scale = 1;
+};
+
+// Steps first..steps-1, checkpointing as asked; the fail-rank hook kills its rank on cue.
+RunLog train_steps(const Options& o, Trainer& trainer, Communicator& world, const nlohmann::json& identity,
+                   int64_t first) {
+  RunLog log;
+  for (int64_t step = first; step < o.steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    const StepStats stats = trainer.step(step);
+    log.losses.push_back(stats.loss);
+    if (stats.skipped) log.skipped.push_back(step);
+    log.loss_scale = stats.loss_scale;
+    log.times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (world.rank() == o.fail_rank && step + 1 - first == o.fail_after_steps) std::raise(SIGKILL);
+    const bool last = step + 1 == o.steps, periodic = o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0;
+    if (!o.checkpoint.empty() && (last || periodic))
+      if (Status s = save_checkpoint(o.checkpoint, step + 1, trainer.save_state(), world, identity,
+                                     {{"loss_scale", stats.loss_scale}, {"updates", trainer.updates()}});
+          !s.ok())
+        fail_all(world, s.error());
+  }
+  return log;
+}
+
+int run(int argc, char** argv) {
+  cli::set_tool_name("train");
+  std::unique_ptr<Communicator> world = make_mpi_world(&argc, &argv);
+  CLI::App app{"Train a model with a plan on CPU ranks (mpirun -np N train ...)."};
+  Options o;
+  add_options(app, o);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -142,41 +209,17 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     fail_all(*world, std::string(e.what()) + " (see --help)");
   }
-  if (o.format != "table" && o.format != "json") fail_all(*world, "--format: unknown '" + o.format + "' (expected table|json)");
-  if (o.steps < 1) fail_all(*world, "--steps must be >= 1");
-  Result<LaunchInfo> launch = launch_info_from_env();
-  if (!launch.ok()) fail_all(*world, launch.error());
-  if (Status s = check_launch(*launch, world->size()); !s.ok()) fail_all(*world, s.error());
   Result<ModelSpec> m = load_model(o.model);
   if (!m.ok()) fail_all(*world, m.error());
   Result<Plan> plan = load_plan(o.plan_file);
   if (!plan.ok()) fail_all(*world, plan.error());
   if (Status s = check_plan(*plan, *m, static_cast<int64_t>(1) << 20); !s.ok()) fail_all(*world, s.error());
-  TrainOptions options;
-  if (!o.data.empty()) {
-    Result<std::vector<int>> tokens = read_token_file(o.data, m->vocab);
-    if (!tokens.ok()) fail_all(*world, tokens.error());
-    options.data = std::move(tokens).value();
-  }
-  options.seed = o.seed;
-  options.inject_overflow_step = o.inject_overflow_step;
-  options.skip_step = o.skip_step;
-  options.adam.lr = static_cast<float>(o.lr);
-  if (o.watchdog_s <= 0) fail_all(*world, "--watchdog-seconds must be > 0");
+  const TrainOptions options = prepare(o, *m, *world);
   Watchdog dog(world->rank(), o.watchdog_s);
   std::unique_ptr<Communicator> watched_world = watched(make_mpi_world(&argc, &argv), &dog);
   Result<std::unique_ptr<Trainer>> trainer = Trainer::create(*m, *plan, *watched_world, options);
   if (!trainer.ok()) fail_all(*world, trainer.error());
-  if (o.resume && o.checkpoint.empty()) fail_all(*world, "--resume needs --checkpoint DIR");
-  // What a resumed run must match. The data position is the step; the random state is the
-  // seeds (initialization and synthetic tokens are counter-based functions of them).
-  const nlohmann::json identity = {{"plan", plan_to_json(*plan)}, {"model", m->name},
-                                   {"params_total", total_params(*m)}, {"world_size", world->size()},
-                                   {"seed", o.seed}, {"data_seed", options.data_seed},
-                                   {"data", options.data.empty() ? std::string("synthetic")
-                                                                 : "fnv1a64:" + std::to_string(fnv1a64(std::string(
-                                                                       reinterpret_cast<const char*>(options.data.data()),
-                                                                       options.data.size() * sizeof(int))))}};
+  const nlohmann::json identity = run_identity(o, *plan, *m, options, world->size());
   int64_t first = 0;
   if (o.resume) {
     Result<LoadedCheckpoint> ckpt = load_checkpoint(o.checkpoint, *watched_world, identity);
@@ -184,27 +227,10 @@ int run(int argc, char** argv) {
     if (Status s = (*trainer)->load_state(ckpt->state); !s.ok()) fail_all(*world, o.checkpoint + ": " + s.error());
     first = ckpt->step;
   }
-  std::vector<double> losses, times;
-  std::vector<int64_t> skipped;
-  double loss_scale = 1;
-  for (int64_t step = first; step < o.steps; ++step) {
-    const auto start = std::chrono::steady_clock::now();
-    const StepStats stats = (*trainer)->step(step);
-    losses.push_back(stats.loss);
-    if (stats.skipped) skipped.push_back(step);
-    loss_scale = stats.loss_scale;
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    if (world->rank() == o.fail_rank && step + 1 - first == o.fail_after_steps) std::raise(SIGKILL);
-    const bool last = step + 1 == o.steps, periodic = o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0;
-    if (!o.checkpoint.empty() && (last || periodic))
-      if (Status s = save_checkpoint(o.checkpoint, step + 1, (*trainer)->save_state(), *watched_world, identity,
-                                     {{"loss_scale", stats.loss_scale}, {"updates", (*trainer)->updates()}});
-          !s.ok())
-        fail_all(*world, s.error());
-  }
-  if (losses.empty()) fail_all(*world, "nothing to do: the checkpoint is already at step " + std::to_string(first));
-  report(o, *plan, **trainer, *watched_world, losses, times, skipped, loss_scale);
-  if (!o.trace.empty()) write_trace(o, *plan, *m, **trainer, *watched_world, times.back());
+  const RunLog log = train_steps(o, **trainer, *watched_world, identity, first);
+  if (log.losses.empty()) fail_all(*world, "nothing to do: the checkpoint is already at step " + std::to_string(first));
+  report(o, *plan, **trainer, *watched_world, log.losses, log.times, log.skipped, log.loss_scale);
+  if (!o.trace.empty()) write_trace(o, *plan, *m, **trainer, *watched_world, log.times.back());
   trainer = Error{"done"};  // release communicators before MPI_Finalize
   watched_world.reset();
   world.reset();
