@@ -9,7 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
 )
-if [[ "${1:-}" == "--fuzz" ]]; then PACKAGES+=(clang-14 libclang-rt-14-dev); fi
+if [[ "${1:-}" == "--fuzz" ]]; then PACKAGES+=(clang clang-14 libclang-rt-14-dev); fi
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
