@@ -35,13 +35,13 @@ double median(std::vector<double> v) {
 }
 
 // Errors every rank sees alike (bad flags, plan, model) end every rank with exit 2; rank 0 says why.
-[[noreturn]] void fail_all(const Communicator& world, const std::string& message) {
-  if (world.rank() != 0) {
-    finalize_mpi();
-    std::exit(2);
-  }
+// Rank 0 prints before anyone leaves: a rank exiting first would make mpirun kill rank 0 with its
+// line unwritten.
+[[noreturn]] void fail_all(Communicator& world, const std::string& message) {
+  if (world.rank() == 0) std::cerr << "train: error: " << message << std::endl;
+  world.barrier();
   finalize_mpi();
-  cli::fail(message);
+  std::exit(2);
 }
 
 // Gathers the last step's ops of every stage's representative rank (TP 0, DP 0) to rank 0, which
@@ -132,7 +132,7 @@ void add_options(CLI::App& app, Options& o) {
 }
 
 // Validates the flags, the launcher and the inputs; any problem ends every rank with exit 2.
-TrainOptions prepare(const Options& o, const ModelSpec& m, const Communicator& world) {
+TrainOptions prepare(const Options& o, const ModelSpec& m, Communicator& world) {
   if (o.format != "table" && o.format != "json") fail_all(world, "--format: unknown '" + o.format + "' (expected table|json)");
   if (o.steps < 1) fail_all(world, "--steps must be >= 1");
   if (o.watchdog_s <= 0) fail_all(world, "--watchdog-seconds must be > 0");
