@@ -8,8 +8,10 @@
 namespace parallax {
 namespace {
 
+// ctest runs each test in its own process, in parallel: one file per test.
 std::string write_temp(const std::string& text) {
-  std::string path = testing::TempDir() + "/json_fields_test.json";
+  std::string path = testing::TempDir() + "/json_fields_" +
+                     testing::UnitTest::GetInstance()->current_test_info()->name() + ".json";
   std::ofstream(path) << text;
   return path;
 }
