@@ -166,7 +166,7 @@ double exposed_reduction(double time_s, double window_s, double bytes, const Pla
 
 double optimizer_step_s(const ClusterSpec& c, const Plan& plan, double stage_params) {
   const double local = stage_params / (plan.zero >= 1 ? d(plan.dp) : 1.0);
-  const ModelStateBytesPerParam bpp = bytes_per_param(plan.precision);
+  const ModelStateBytesPerParam bpp = bytes_per_param(plan);
   // fp32 has no master copy to cast from: norm (g), Adam (g + 12 read, 12 written), zero (g).
   const double bytes_per_param = plan.precision == Precision::kFp32 ? 3 * bpp.gradients + 24 : 4 * bpp.gradients + 30;
   if (!plan.offload) return local * bytes_per_param / (c.gpu.hbm_gbps * 1e9 * c.gpu.optimizer_efficiency);
@@ -231,7 +231,7 @@ Estimate estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& pla
 
   // Data parallel and ZeRO on the stage with the most parameters.
   const double params = std::max(stage_params_per_gpu(m, plan, 0), stage_params_per_gpu(m, plan, p - 1));
-  const ModelStateBytesPerParam bpp = bytes_per_param(plan.precision);
+  const ModelStateBytesPerParam bpp = bytes_per_param(plan);
   const double grads = params * bpp.gradients, weights = params * bpp.weights;
   const LinkTier dpl = dp_link(c, plan);
   const int64_t n = plan.dp;

@@ -87,8 +87,8 @@ P2pCost pipeline_transfer(const ModelSpec& m, const ClusterSpec& c, const Plan& 
 // Optimizer step of one GPU holding `stage_params` parameters before ZeRO sharding: memory-bound
 // passes over the local shard — overflow check and gradient norm (read g each), Adam (read g, read
 // and write fp32 master, m, v), cast to 16-bit weights (read 4, write 2), zero the gradients
-// (write g): 4g + 30 bytes per parameter, g the gradient bytes (fp32: no cast, 3g + 24) — at the
-// optimizer efficiency of HBM bandwidth on the GPU, or (offload) on the
+// (write g): 4g + 30 bytes per parameter, g the gradient bytes (2, or 4 with fp32_gradients; fp32:
+// no cast, 3g + 24) — at the optimizer efficiency of HBM bandwidth on the GPU, or (offload) on the
 // host plus the PCIe copies of gradients down and weights up.
 double optimizer_step_s(const ClusterSpec& c, const Plan& plan, double stage_params);
 

@@ -113,6 +113,8 @@ Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
   }
   if (p.execution.attention == AttentionKernel::kFlash) a.push_back("--use-flash-attn");
   if (p.execution.overlap_grad_reduce) a.push_back("--overlap-grad-reduce");
+  // Megatron-LM turns this on by itself for bf16; stated so the arguments say what was priced.
+  if (p.execution.fp32_gradients && p.precision != Precision::kFp32) a.push_back("--accumulate-allreduce-grads-in-fp32");
 
   std::ostringstream out;
   out << "# Megatron-LM arguments: " << p.gpus() << " GPUs = TP " << p.tp << " x PP " << p.pp << " x DP "
@@ -137,9 +139,15 @@ Result<nlohmann::json> deepspeed_config(const Plan& p) {
   if (p.precision == Precision::kFp16)
     j["fp16"] = {{"enabled", true}, {"loss_scale", 0}, {"initial_scale_power", 16},
                  {"loss_scale_window", 1000}, {"hysteresis", 2}, {"min_loss_scale", 1}};
+  if (p.execution.fp32_gradients && p.precision != Precision::kFp32) {
+    j["data_types"] = {{"grad_accum_dtype", "fp32"}};
+    j["communication_data_type"] = "fp32";
+  }
+  // DeepSpeed counts the bucket in elements, i.e. gradients.
+  const double bucket_elements = p.execution.dp_bucket_mib * 1048576 / bytes_per_param(p).gradients;
   nlohmann::json zero = {{"stage", p.zero},
                          {"overlap_comm", p.execution.overlap_grad_reduce},
-                         {"reduce_bucket_size", static_cast<int64_t>(p.execution.dp_bucket_mib * 1048576 / 2)}};
+                         {"reduce_bucket_size", static_cast<int64_t>(bucket_elements)}};
   if (p.offload) {
     zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
     if (p.zero == 3) zero["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};

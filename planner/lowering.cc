@@ -142,10 +142,10 @@ class Lowerer {
   bool overlapped() const { return p_.dp > 1 && p_.execution.overlap_grad_reduce && p_.zero <= 1; }
 
   double grad_bytes(int64_t s) const {
-    return stage_params_per_gpu(m_, p_, s) * bytes_per_param(p_.precision).gradients;
+    return stage_params_per_gpu(m_, p_, s) * bytes_per_param(p_).gradients;
   }
   double weight_bytes(int64_t s) const {
-    return stage_params_per_gpu(m_, p_, s) * bytes_per_param(p_.precision).weights;
+    return stage_params_per_gpu(m_, p_, s) * bytes_per_param(p_).weights;
   }
   int64_t bucket_count(int64_t s) const {
     const double bucket = p_.execution.dp_bucket_mib * 1048576.0;

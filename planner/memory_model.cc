@@ -9,15 +9,19 @@ double d(int64_t x) { return static_cast<double>(x); }
 constexpr double kMiB = 1048576.0;
 }  // namespace
 
-ModelStateBytesPerParam bytes_per_param(Precision p) {
-  // Mixed precision: 16-bit weights and gradients, fp32 master weights + Adam m and v (K = 12).
-  // fp32: weights, gradients, m, v at 4 bytes each.
+ModelStateBytesPerParam bytes_per_param(Precision p, bool fp32_gradients) {
+  // Mixed precision: 16-bit weights and gradients (fp32 with fp32_gradients), fp32 master weights
+  // + Adam m and v (K = 12). fp32: weights, gradients, m, v at 4 bytes each.
   if (p == Precision::kFp32) return {4, 4, 8};
-  return {2, 2, 12};
+  return {2, fp32_gradients ? 4.0 : 2.0, 12};
 }
 
-double zero_model_state_bytes(double params, int64_t dp, int zero_stage, Precision p) {
-  const ModelStateBytesPerParam b = bytes_per_param(p);
+ModelStateBytesPerParam bytes_per_param(const Plan& plan) {
+  return bytes_per_param(plan.precision, plan.execution.fp32_gradients);
+}
+
+double zero_model_state_bytes(double params, int64_t dp, int zero_stage, Precision p, bool fp32_gradients) {
+  const ModelStateBytesPerParam b = bytes_per_param(p, fp32_gradients);
   const double n = d(dp);
   double weights = b.weights * params, grads = b.gradients * params, opt = b.optimizer * params;
   if (zero_stage >= 1) opt /= n;
@@ -56,7 +60,7 @@ double stage_params_per_gpu(const ModelSpec& m, const Plan& plan, int64_t stage)
 
 MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage, double reserved_bytes) {
   MemoryBreakdown mem;
-  const ModelStateBytesPerParam bpp = bytes_per_param(plan.precision);
+  const ModelStateBytesPerParam bpp = bytes_per_param(plan);
   const double params = stage_params_per_gpu(m, plan, stage);
   const double dp = d(plan.dp);
   mem.weights = params * bpp.weights / (plan.zero >= 3 ? dp : 1.0);

@@ -1,6 +1,7 @@
 // Memory model: bytes per GPU on each pipeline stage of a plan — weights, gradients and optimizer
-// states by precision and ZeRO stage (mixed precision: 2 + 2 + 12 bytes per parameter, fp32: 4 +
-// 4 + 8; ZeRO-1 shards the optimizer over DP, ZeRO-2 also the gradients, ZeRO-3 everything),
+// states by precision and ZeRO stage (mixed precision: 2 + 2 + 12 bytes per parameter, 2 + 4 + 12
+// with fp32 gradients, fp32: 4 + 4 + 8; ZeRO-1 shards the optimizer over DP, ZeRO-2 also the
+// gradients, ZeRO-3 everything),
 // activations (layer_cost.h per layer x layers per chunk x what the schedule keeps in flight),
 // embedding and logit buffers, communication buffers, an allocator margin and the cluster's
 // reserved memory. Offload moves optimizer states (ZeRO-3: also parameters) to host memory.
@@ -17,10 +18,14 @@ namespace parallax {
 struct ModelStateBytesPerParam {
   double weights, gradients, optimizer;
 };
-ModelStateBytesPerParam bytes_per_param(Precision p);
+// The one place the bytes of each model state are decided: `fp32_gradients` makes 16-bit
+// precisions keep (and reduce) 4-byte gradients; fp32 has them already.
+ModelStateBytesPerParam bytes_per_param(Precision p, bool fp32_gradients);
+// The plan's precision and execution.fp32_gradients.
+ModelStateBytesPerParam bytes_per_param(const Plan& plan);
 
 // ZeRO (Rajbhandari et al. 2020) model-state bytes per GPU for `params` parameters over `dp` ranks.
-double zero_model_state_bytes(double params, int64_t dp, int zero_stage, Precision p);
+double zero_model_state_bytes(double params, int64_t dp, int zero_stage, Precision p, bool fp32_gradients = false);
 
 // Chunk-passes whose activations stage `stage` holds at its peak (each pass = one micro-batch
 // through one chunk of L/(p*v) layers): GPipe m; 1F1B min(p - i, m); interleaved (Megatron's

@@ -159,7 +159,7 @@ nlohmann::json plan_to_json(const Plan& p) {
             {"overlap_p2p", e.overlap_p2p},
             {"dp_bucket_mib", e.dp_bucket_mib}, {"allocator_margin", e.allocator_margin},
             {"microbatch_overhead_us", e.microbatch_overhead_us},
-            {"step_overhead_us", e.step_overhead_us}}}};
+            {"step_overhead_us", e.step_overhead_us}, {"fp32_gradients", e.fp32_gradients}}}};
 }
 
 namespace {
@@ -186,6 +186,7 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   e.allocator_margin = f.optional_number("allocator_margin", true).value_or(e.allocator_margin);
   e.microbatch_overhead_us = f.optional_number("microbatch_overhead_us", true).value_or(e.microbatch_overhead_us);
   e.step_overhead_us = f.optional_number("step_overhead_us", true).value_or(e.step_overhead_us);
+  e.fp32_gradients = f.optional_bool("fp32_gradients", e.fp32_gradients);
   // Bounds that keep every derived byte count and time finite.
   if (f.ok() && e.dp_bucket_mib > 1e6) f.fail("dp_bucket_mib", "must be <= 1e6");
   if (f.ok() && e.allocator_margin > 1) f.fail("allocator_margin", "is a fraction and must be <= 1");

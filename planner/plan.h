@@ -28,6 +28,9 @@ struct Execution {
   double allocator_margin = 0.05;     // caching-allocator fragmentation, fraction of allocations
   double microbatch_overhead_us = 0;  // fixed cost per micro-batch per stage (launches, data)
   double step_overhead_us = 0;        // fixed cost per step
+  // With bf16/fp16: gradients accumulated and DP-reduced in fp32 (4 bytes, not 2), as Megatron-LM's
+  // --accumulate-allreduce-grads-in-fp32 (its default for bf16) and Parallax's GPU runtime do.
+  bool fp32_gradients = false;
 };
 
 struct Plan {

@@ -18,6 +18,7 @@ struct Options {
   int64_t gpus = 0, global_batch = 0, seq_len = 0, top = 10, rank = 1;
   int threads = 0;
   bool overlap_grad_reduce = false;
+  bool fp32_gradients = false;
 };
 
 std::string schedule_cell(const Plan& p) {
@@ -106,6 +107,7 @@ void print(const Options& o, const ModelSpec& m, const ClusterSpec& c, const Sea
             << "B parameters) on " << so.gpus << " x " << c.gpu.name << " (" << c.name << ")\n"
             << "seq_len " << so.seq_len << ", global batch " << so.global_batch << " sequences ("
             << so.global_batch * so.seq_len << " tokens), " << precision_name(so.precision)
+            << (so.execution.fp32_gradients && so.precision != Precision::kFp32 ? " with fp32 gradients" : "")
             << ", attention " << attention_name(so.execution.attention);
   if (!defaults.empty()) std::cout << "  [defaults chosen: " << defaults.dump() << "]";
   std::cout << "\n\n"
@@ -135,6 +137,7 @@ int run(int argc, char** argv) {
   app.add_option("--precision", o.precision, "bf16|fp16|fp32")->capture_default_str();
   app.add_option("--threads", o.threads, "search threads (default: all cores)");
   app.add_flag("--overlap-grad-reduce", o.overlap_grad_reduce, "overlap DP gradient reduction with backward");
+  app.add_flag("--fp32-gradients", o.fp32_gradients, "bf16/fp16: accumulate and DP-reduce gradients in fp32");
   cli::parse(app, argc, argv);
   cli::require_format(o.format, {"table", "json", "csv"});
   if (o.gpus < 1) cli::fail("--gpus must be >= 1, got " + std::to_string(o.gpus));
@@ -154,6 +157,7 @@ int run(int argc, char** argv) {
   if (!app.count("--global-batch")) defaults["global_batch"] = so.global_batch;
   if (!app.count("--precision")) defaults["precision"] = o.precision;
   so.execution.overlap_grad_reduce = o.overlap_grad_reduce;
+  so.execution.fp32_gradients = o.fp32_gradients;
   so.top_k = static_cast<size_t>(std::max<int64_t>(o.top, o.rank));
   so.threads = o.threads;
 

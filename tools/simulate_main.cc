@@ -21,6 +21,7 @@ struct Options {
   std::string schedule = "1f1b", recompute = "none", precision = "bf16";
   int64_t tp = 1, pp = 1, dp = 1, zero = 0, micro_batch = 1, global_batch = 0, virtual_stages = 1, seq_len = 0;
   bool sequence_parallel = false, offload = false, tp_across_nodes = false, overlap_grad_reduce = false;
+  bool fp32_gradients = false;
 };
 
 Plan plan_from_flags(const Options& o, const CLI::App& app, const ModelSpec& m, nlohmann::json& defaults) {
@@ -59,6 +60,7 @@ Plan plan_from_flags(const Options& o, const CLI::App& app, const ModelSpec& m, 
   p.offload = o.offload;
   p.tp_across_nodes = o.tp_across_nodes;
   p.execution.overlap_grad_reduce = o.overlap_grad_reduce;
+  p.execution.fp32_gradients = o.fp32_gradients;
   return p;
 }
 
@@ -85,7 +87,7 @@ void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const 
             << (p.schedule == Schedule::kInterleaved ? " v=" + std::to_string(p.virtual_stages) : "")
             << ", recompute " << recompute_name(p.recompute) << (p.sequence_parallel ? ", SP" : "")
             << ", seq_len " << p.seq_len << ", global batch " << p.global_batch << ", " << precision_name(p.precision)
-            << "\n";
+            << (p.execution.fp32_gradients && p.precision != Precision::kFp32 ? " with fp32 gradients" : "") << "\n";
   if (!defaults.empty()) std::cout << "defaults chosen: " << defaults.dump() << "\n";
   std::cout << "engine: " << (engine == "event" ? "discrete-event simulation" : "analytical model") << "\n\n" << cli::render_table({"quantity", "value"}, rows);
 }
@@ -137,6 +139,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_flag("--offload", o.offload, "optimizer states (ZeRO-3: also weights) in host memory");
   app.add_flag("--tp-across-nodes", o.tp_across_nodes, "allow a TP group to span nodes");
   app.add_flag("--overlap-grad-reduce", o.overlap_grad_reduce, "overlap DP gradient reduction with backward");
+  app.add_flag("--fp32-gradients", o.fp32_gradients, "bf16/fp16: accumulate and DP-reduce gradients in fp32");
   app.add_option("--seq-len", o.seq_len, "sequence length (default: min(max positions, 4096))");
   app.add_option("--precision", o.precision, "bf16|fp16|fp32")->capture_default_str();
   app.add_option("--trace", o.trace, "write the step as a Chrome / Perfetto trace (event engine)");
@@ -164,7 +167,7 @@ int run(int argc, char** argv) {
   if (!o.plan_file.empty())
     for (const char* flag : {"--tp", "--pp", "--dp", "--zero", "--micro-batch", "--global-batch", "--schedule",
                              "--virtual-stages", "--recompute", "--sequence-parallel", "--seq-len", "--precision",
-                             "--offload", "--tp-across-nodes", "--overlap-grad-reduce"})
+                             "--offload", "--tp-across-nodes", "--overlap-grad-reduce", "--fp32-gradients"})
       if (app.count(flag)) cli::fail(std::string(flag) + " cannot be combined with --plan (edit the plan file)");
   Plan plan = o.plan_file.empty() ? plan_from_flags(o, app, m, defaults) : cli::value_or_fail(load_plan(o.plan_file));
   if (Status s = check_plan(plan, m, c.node.gpus); !s.ok()) cli::fail(s.error());

@@ -117,5 +117,35 @@ TEST(Estimate, DataParallelTraffic) {
   EXPECT_LT(estimate_step(m, c, overlap).dp_exposed_s, estimate_step(m, c, plain).dp_exposed_s);
 }
 
+// fp32_gradients on the same GPT-2 plan (N = 124,439,808 parameters, DP 4 in one node: S bytes
+// cost 2(n-1)/n S = 1.5 S per rank for an all-reduce, (n-1)/n S = 0.75 S for a reduce-scatter or
+// all-gather, over 100 GB/s with 1 us per hop):
+//   ZeRO 0: all-reduce of 4N instead of 2N: 1.5 * 4N sent, 6 us + 1.5 * 4N / 100 GB/s exposed;
+//   ZeRO 1: reduce-scatter of 4N + all-gather of the 2-byte weights 2N: 0.75 * 6N (was 0.75 * 4N);
+//   ZeRO 3, m = 2: 2 x (2 all-gathers of 2N + a reduce-scatter of 4N) = 1.5 * 8N (was 1.5 * 6N);
+//   optimizer: 4 g + 30 = 46 bytes per parameter (g = 4).
+TEST(Estimate, Fp32GradientsDoubleTheGradientTraffic) {
+  const ModelSpec m = load("gpt2");
+  const ClusterSpec c = round();
+  const double n = 124439808;
+  Plan p = gpt2_plan(1);
+  p.dp = 4;
+  p.execution.fp32_gradients = true;
+  Estimate e = estimate_step(m, c, p);
+  EXPECT_NEAR(e.dp_exposed_s, 6e-6 + 1.5 * 4 * n / 100e9, 1e-12);
+  EXPECT_DOUBLE_EQ(e.comm_bytes_per_gpu.dp, 1.5 * 4 * n);
+  p.execution.fp32_gradients = false;
+  EXPECT_DOUBLE_EQ(estimate_step(m, c, p).comm_bytes_per_gpu.dp, 1.5 * 2 * n);
+  p.execution.fp32_gradients = true;
+  p.zero = 1;
+  EXPECT_DOUBLE_EQ(estimate_step(m, c, p).comm_bytes_per_gpu.dp, 0.75 * 6 * n);
+  p.zero = 3;
+  EXPECT_DOUBLE_EQ(estimate_step(m, c, p).comm_bytes_per_gpu.dp, 1.5 * 8 * n);
+  // One GPU: no DP traffic, but the optimizer reads and zeroes 4-byte gradients.
+  Plan one = gpt2_plan(1);
+  one.execution.fp32_gradients = true;
+  EXPECT_NEAR(estimate_step(m, c, one).optimizer_s, n * 46 / 1e12, 1e-12);
+}
+
 }  // namespace
 }  // namespace parallax

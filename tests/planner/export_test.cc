@@ -31,6 +31,28 @@ TEST(Megatron, UpstreamSpellings) {
   EXPECT_TRUE(has(*args, "--recompute-granularity full \\\n--recompute-method uniform \\\n--recompute-num-layers 1"));
 }
 
+// fp32 gradients are stated to each framework: Megatron's flag, DeepSpeed's accumulation and
+// communication types; DeepSpeed's bucket counts elements, so 40 MiB holds 40 Mi / 4 of them.
+TEST(Export, Fp32Gradients) {
+  Plan p = plan();
+  const ModelSpec m = load("llama2-70b");
+  EXPECT_FALSE(has(*megatron_arguments(m, p), "--accumulate-allreduce-grads-in-fp32"));
+  p.execution.fp32_gradients = true;
+  EXPECT_TRUE(has(*megatron_arguments(m, p), "--accumulate-allreduce-grads-in-fp32"));
+  Plan ds;
+  ds.dp = 8;
+  ds.zero = 1;
+  ds.global_batch = 8;
+  EXPECT_EQ((*deepspeed_config(ds))["zero_optimization"]["reduce_bucket_size"], 40 * 1048576 / 2);
+  EXPECT_FALSE(deepspeed_config(ds)->contains("data_types"));
+  ds.execution.fp32_gradients = true;
+  Result<nlohmann::json> j = deepspeed_config(ds);
+  ASSERT_TRUE(j.ok()) << j.error();
+  EXPECT_EQ((*j)["data_types"]["grad_accum_dtype"], "fp32");
+  EXPECT_EQ((*j)["communication_data_type"], "fp32");
+  EXPECT_EQ((*j)["zero_optimization"]["reduce_bucket_size"], 40 * 1048576 / 4);
+}
+
 TEST(Megatron, RefusesWhatItCannotExpress) {
   Plan p = plan();
   p.pp = 1;

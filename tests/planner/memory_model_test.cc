@@ -45,6 +45,23 @@ TEST(ZeroMemory, ReproducesFigure1) {
   EXPECT_DOUBLE_EQ(zero_model_state_bytes(1e9, 1, 0, Precision::kFp32), 16e9);
 }
 
+// fp32_gradients (Megatron's --accumulate-allreduce-grads-in-fp32) keeps 4-byte gradients beside
+// 2-byte weights and 12 bytes of optimizer state. Ψ = 1e9, by hand:
+//   ZeRO 0: 2 + 4 + 12 = 18 bytes per parameter (16 without the setting: 2 + 2 + 12);
+//   ZeRO 1 over d = 4: 2 + 4 + 12/4 = 9; ZeRO 2: 2 + (4 + 12)/4 = 6 (5.5 without: 2 + 14/4);
+//   ZeRO 3: 18/4 = 4.5. fp32 already has 4-byte gradients: 4 + 4 + 8 = 16 either way.
+TEST(ZeroMemory, Fp32GradientsAddTwoBytesPerParameter) {
+  EXPECT_DOUBLE_EQ(zero_model_state_bytes(1e9, 1, 0, Precision::kBf16, true), 18e9);
+  EXPECT_DOUBLE_EQ(zero_model_state_bytes(1e9, 1, 0, Precision::kBf16, false), 16e9);
+  EXPECT_DOUBLE_EQ(zero_model_state_bytes(1e9, 4, 1, Precision::kBf16, true), 9e9);
+  EXPECT_DOUBLE_EQ(zero_model_state_bytes(1e9, 4, 2, Precision::kFp16, true), 6e9);
+  EXPECT_DOUBLE_EQ(zero_model_state_bytes(1e9, 4, 2, Precision::kFp16, false), 5.5e9);
+  EXPECT_DOUBLE_EQ(zero_model_state_bytes(1e9, 4, 3, Precision::kBf16, true), 4.5e9);
+  EXPECT_DOUBLE_EQ(zero_model_state_bytes(1e9, 1, 0, Precision::kFp32, true), 16e9);
+  const ModelStateBytesPerParam b = bytes_per_param(Precision::kBf16, true);
+  EXPECT_DOUBLE_EQ(b.weights + b.gradients + b.optimizer, 18);
+}
+
 // VALIDATION.md section 3: in flight on stage i, GPipe m, 1F1B min(p - i, m); Megatron's interleaved
 // warm-up 2(p - i - 1) + (v - 1)p plus one steady-state pass; ZB-H1 1F1B's peak p on every stage.
 TEST(InFlight, ClosedForms) {
@@ -130,6 +147,14 @@ TEST(StageMemory, ModelStatesAndZeroSharding) {
   // Margin: 5% of allocations plus the reserve.
   mem = stage_memory(m, p, 3, 1e9);
   EXPECT_DOUBLE_EQ(mem.margin, 0.05 * (mem.weights + mem.gradients + mem.activations + mem.buffers) + 1e9);
+  // fp32 gradients: 4 bytes each, the weights and the optimizer shard unchanged; ZeRO-2 would
+  // shard them (4/4 per parameter), but it needs pp 1, so it is checked on the closed form above.
+  p.offload = false;
+  p.execution.fp32_gradients = true;
+  mem = stage_memory(m, p, 3, 0);
+  EXPECT_DOUBLE_EQ(mem.weights, 2 * params);
+  EXPECT_DOUBLE_EQ(mem.gradients, 4 * params);
+  EXPECT_DOUBLE_EQ(mem.optimizer, 12 * params / 4);
 }
 
 TEST(StageMemory, PeakIsTheLargerOfFirstAndLastStage) {

@@ -18,10 +18,17 @@ TEST(Plan, JsonRoundTrip) {
   p.execution.attention = AttentionKernel::kMaterialized;
   p.execution.overlap_grad_reduce = true;
   p.execution.dp_bucket_mib = 25;
+  p.execution.fp32_gradients = true;
   Result<Plan> back = plan_from_json(plan_to_json(p), "p.json");
   ASSERT_TRUE(back.ok()) << back.error();
   EXPECT_EQ(plan_to_json(*back), plan_to_json(p));
   EXPECT_EQ(back->micro_batches(), 16);  // 64 / (2 * 2)
+  EXPECT_TRUE(back->execution.fp32_gradients);
+  EXPECT_EQ(plan_to_json(p)["execution"]["fp32_gradients"], true);
+  // Absent, it keeps its default (off), so older plan files read as before.
+  nlohmann::json j = plan_to_json(p);
+  j["execution"].erase("fp32_gradients");
+  EXPECT_FALSE(plan_from_json(j, "p.json")->execution.fp32_gradients);
 }
 
 TEST(Plan, ValidPlanPasses) { EXPECT_TRUE(check_plan(base(), load("llama2-70b"), 8).ok()); }
@@ -92,6 +99,8 @@ TEST(Plan, JsonErrorsNameTheKey) {
   EXPECT_EQ(error({{"execution", {{"dp_bucket_mib", 1e300}}}}), "p.json: execution: key 'dp_bucket_mib': must be <= 1e6");
   EXPECT_EQ(error({{"execution", {{"attention", "paged"}}}}),
             "p.json: execution: key 'attention': unknown value 'paged' (expected flash|materialized)");
+  EXPECT_EQ(error({{"execution", {{"fp32_gradients", "yes"}}}}),
+            "p.json: execution: key 'fp32_gradients': expected true or false, got \"yes\"");
 }
 
 }  // namespace

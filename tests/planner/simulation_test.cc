@@ -132,6 +132,28 @@ TEST(Simulation, UnevenStagesIdleBeyondTheClosedForm) {
   EXPECT_LT(sim->stages[3].bubble_s, sim->stages[1].bubble_s);
 }
 
+// The lowered step moves what the estimate prices. GPT-2 (N = 124,439,808 parameters, one stage)
+// at DP 4: ZeRO 0's bucketed all-reduce sends 1.5 x 4N with fp32 gradients, twice 1.5 x 2N; ZeRO 1
+// adds only the reduce-scatter's 0.75 x 2N, since the all-gather still carries 2-byte weights.
+TEST(Simulation, Fp32GradientsDoubleTheReduction) {
+  const ModelSpec m = load("gpt2");
+  const ClusterSpec c = load_cluster("dgx-h100").value();
+  const double n = 124439808;
+  Plan p;
+  p.dp = 4;
+  p.global_batch = 8;
+  p.seq_len = 1024;
+  auto dp_bytes = [&](int zero, bool fp32_gradients) {
+    Plan q = p;
+    q.zero = zero;
+    q.execution.fp32_gradients = fp32_gradients;
+    return simulate_step(m, c, q).value().estimate.comm_bytes_per_gpu.dp;
+  };
+  EXPECT_NEAR(dp_bytes(0, false), 1.5 * 2 * n, 1e-6 * n);
+  EXPECT_NEAR(dp_bytes(0, true), 1.5 * 4 * n, 1e-6 * n);
+  EXPECT_NEAR(dp_bytes(1, true) - dp_bytes(1, false), 0.75 * 2 * n, 1e-6 * n);
+}
+
 // Perfetto needs properly nested events per track; we emit none that overlap at all.
 TEST(Trace, NoOverlapOnAnyTrackAndCanonicalNames) {
   const ModelSpec m = load("llama3-8b");
