@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: demo test build deps bench fuzz sanitize clean
+.PHONY: demo test build deps bench fuzz sanitize clean gpu-build gpu-check
 FUZZ_SECONDS ?= 60
 FUZZ_RUNS ?=
 
@@ -30,16 +30,32 @@ bench: build
 fuzz:
 	@tools/install-deps.sh --fuzz
 	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-	  -DCMAKE_CXX_COMPILER=clang++ -DPARALLAX_FUZZ=ON -DPARALLAX_BUILD_TESTS=OFF -DPARALLAX_BUILD_BENCH=OFF >/dev/null
+	  -DCMAKE_CXX_COMPILER=clang++ -DPARALLAX_FUZZ=ON -DPARALLAX_CUDA=OFF -DPARALLAX_BUILD_TESTS=OFF -DPARALLAX_BUILD_BENCH=OFF >/dev/null
 	@cmake --build build-fuzz -j $(JOBS) --target model_fuzz cluster_fuzz plan_fuzz trace_fuzz
 	FUZZ_RUNS=$(FUZZ_RUNS) tools/run-fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
 # The whole test suite under AddressSanitizer and UndefinedBehaviorSanitizer (less the timing
 # loop, which measures speed the sanitizers change).
 sanitize: deps
-	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPARALLAX_SANITIZE=ON -DPARALLAX_BUILD_BENCH=OFF >/dev/null
+	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPARALLAX_SANITIZE=ON -DPARALLAX_CUDA=OFF -DPARALLAX_BUILD_BENCH=OFF >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -LE timing
 
+# The binaries tools/gpu_check.sh carries to a GPU machine that has neither MPI nor our
+# libraries: sm_90 only, no MPI, static cudart; libstdc++, libgcc_s and libbenchmark travel in
+# build-gpu/lib (cuBLAS and NCCL come from the machine's PyTorch packages).
+GPU_TARGETS = train simulate compare calibrate cuda_kernels_test cuda_runtime_test gpu_kernels_bench
+gpu-build: deps
+	@cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPARALLAX_MPI=OFF -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+	@cmake --build build-gpu -j $(JOBS) --target $(GPU_TARGETS)
+	@mkdir -p build-gpu/lib && for l in libbenchmark.so.1debian libstdc++.so.6 libgcc_s.so.1; do \
+	  cp -L $$(ldconfig -p | awk -v l=$$l '$$1 == l {print $$NF; exit}') build-gpu/lib/; done
+	@strip build-gpu/bin/* build-gpu/tests/cuda_*_test
+
+# The whole GPU check on this machine (without a GPU it is the dry run: the GPU steps skip or fail
+# cleanly and the script's plumbing is exercised).
+gpu-check: gpu-build
+	tools/gpu_check.sh
+
 clean:
-	rm -rf $(BUILD) build-fuzz build-asan
+	rm -rf $(BUILD) build-fuzz build-asan build-gpu

@@ -15,4 +15,11 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* probs, AttentionShape s);
 
+// The reference of the fused GPU kernel (kernels/cuda/attention.h): the same attention keeping
+// only one log-sum-exp per (sequence, head, query), lse [B, H, T], instead of the probabilities;
+// the backward recomputes them. It writes dq, dk, dv (no accumulation).
+void flash_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, AttentionShape s);
+void flash_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                              const float* v, const float* out, const float* lse, AttentionShape s);
+
 }  // namespace parallax::kernels

@@ -1,4 +1,5 @@
-// train: executes a plan on CPU ranks started by mpirun (or srun).
+// train: executes a plan on CPU ranks started by mpirun (or srun), or with --device cuda on GPUs
+// (train_gpu.cc).
 //   mpirun -np N build/bin/train --plan plan.json --model M [--steps K] [--seed S] [--format json|table]
 // Rank 0 prints the losses per step, the median step time after a warm-up step, tokens/s, the
 // peak memory over ranks from the runtime's allocator and the bytes each group kind sent.
@@ -15,34 +16,48 @@
 #include "runtime/trainer.h"
 #include "simulator/trace.h"
 #include "tools/cli.h"
+#include "tools/train_common.h"
 
 namespace parallax {
-namespace {
-
-struct Options {
-  std::string plan_file, model, format = "table", trace, data, checkpoint;
-  int64_t steps = 5, checkpoint_every = 0, fail_rank = -1, fail_after_steps = 0, inject_overflow_step = -1,
-          skip_step = -1;
-  double watchdog_s = 60;
-  bool resume = false;
-  uint64_t seed = 1234;
-  double lr = 1e-3;
-};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// Errors every rank sees alike (bad flags, plan, model) end every rank with exit 2; rank 0 says why.
+double steady_step_time(const std::vector<double>& times) {
+  return median(std::vector<double>(times.begin() + (times.size() > 1 ? 1 : 0), times.end()));
+}
+
 // Rank 0 prints before anyone leaves: a rank exiting first would make mpirun kill rank 0 with its
 // line unwritten.
-[[noreturn]] void fail_all(Communicator& world, const std::string& message) {
+void fail_all(Communicator& world, const std::string& message) {
   if (world.rank() == 0) std::cerr << "train: error: " << message << std::endl;
   world.barrier();
   finalize_mpi();
   std::exit(2);
 }
+
+nlohmann::json measured_trace(const Plan& plan, const ModelSpec& m, const std::vector<StageOp>& ops,
+                              const nlohmann::json& metadata) {
+  nlohmann::json events = nlohmann::json::array();
+  for (const StageOp& s : ops) {
+    const std::string stream = s.op.stream();
+    const int tid = stream == "compute" ? 0 : stream == "pp-recv" ? 3 : 4;
+    events.push_back({{"ph", "X"}, {"pid", s.stage}, {"tid", tid}, {"name", s.op.name()}, {"ts", s.op.start_s * 1e6},
+                      {"dur", s.op.duration_s * 1e6}});
+  }
+  for (int64_t stage = 0; stage < plan.pp; ++stage)
+    events.push_back({{"ph", "M"}, {"pid", stage}, {"name", "process_name"}, {"args", {{"name", "stage " + std::to_string(stage)}}}});
+  nlohmann::json meta = metadata;
+  meta["plan"] = plan_to_json(plan);
+  meta["model"] = m.name;
+  return {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"metadata", meta}};
+}
+
+namespace {
+
+using Options = TrainFlags;
 
 // Gathers the last step's ops of every stage's representative rank (TP 0, DP 0) to rank 0, which
 // writes them as a Chrome trace in the simulator's format: one process per pipeline stage.
@@ -63,25 +78,19 @@ void write_trace(const Options& o, const Plan& plan, const ModelSpec& m, Trainer
   }
   world.all_gather(all.data(), mine.data(), slots);
   if (world.rank() != 0) return;
-  nlohmann::json events = nlohmann::json::array();
+  std::vector<StageOp> measured;
   for (int r = 0; r < world.size(); ++r) {
     const int stage = rank_coords(plan, r).pp;
     for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) {
       const float* rec = all.data() + (static_cast<int64_t>(r) * static_cast<int64_t>(count) + i) * kFields;
       if (rec[0] < 0) continue;
-      const OpRecord op{static_cast<OpRecord::Kind>(static_cast<int>(rec[0])), static_cast<int>(rec[1]),
-                        static_cast<int>(rec[2]), 0, 0};
-      const std::string stream = op.stream();
-      const int tid = stream == "compute" ? 0 : stream == "pp-recv" ? 3 : 4;
-      events.push_back({{"ph", "X"}, {"pid", stage}, {"tid", tid}, {"name", op.name()}, {"ts", rec[3]}, {"dur", rec[4]}});
+      measured.push_back({stage, {static_cast<OpRecord::Kind>(static_cast<int>(rec[0])), static_cast<int>(rec[1]),
+                                  static_cast<int>(rec[2]), rec[3] * 1e-6, rec[4] * 1e-6}});
     }
   }
-  for (int64_t stage = 0; stage < plan.pp; ++stage)
-    events.push_back({{"ph", "M"}, {"pid", stage}, {"name", "process_name"}, {"args", {{"name", "stage " + std::to_string(stage)}}}});
-  const nlohmann::json trace = {
-      {"traceEvents", events}, {"displayTimeUnit", "ms"},
-      {"metadata", {{"source", "parallax train"}, {"plan", plan_to_json(plan)}, {"model", m.name},
-                    {"step_time_s", step_time_s}, {"peak_memory_bytes", MemoryTracker::peak_bytes()}}}};
+  const nlohmann::json trace = measured_trace(
+      plan, m, measured,
+      {{"source", "parallax train"}, {"step_time_s", step_time_s}, {"peak_memory_bytes", MemoryTracker::peak_bytes()}});
   if (Status st = write_text_file(o.trace, trace.dump()); !st.ok()) cli::fail(st.error());
 }
 
@@ -94,7 +103,7 @@ void report(const Options& o, const Plan& plan, Trainer& trainer, Communicator& 
   world.all_reduce(&peak_kib, 1, ReduceOp::kMax);
   world.all_reduce(bytes, 3, ReduceOp::kMax);
   if (world.rank() != 0) return;
-  const double step_s = median(std::vector<double>(times.begin() + (times.size() > 1 ? 1 : 0), times.end()));
+  const double step_s = steady_step_time(times);
   nlohmann::json j = {{"losses", losses},
                       {"step_time_s", step_s},
                       {"tokens_per_s", static_cast<double>(plan.global_batch * plan.seq_len) / step_s},
@@ -129,17 +138,29 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--fail-after-steps", o.fail_after_steps, "... after this many steps");
   app.add_option("--inject-overflow-step", o.inject_overflow_step, "test hook: an inf in rank 0's gradients at this step");
   app.add_option("--skip-step", o.skip_step, "test hook: skip this step's update (as an overflow would)");
+  app.add_option("--device", o.device, "cpu|cuda (cuda: one rank per GPU, NCCL)")->capture_default_str();
+  app.add_option("--emulate-rank", o.emulate_rank,
+                 "cuda: run only this rank's share of the plan on one GPU, collectives replaced by stand-ins");
+  app.add_option("--init", o.init, "exact (the CPU runtime's values) | fast (on-device fill, for benchmarks)")
+      ->capture_default_str();
+  app.add_option("--peak-tflops", o.peak_tflops, "cuda: the GPU's peak for the plan's precision, to report MFU");
 }
 
 // Validates the flags, the launcher and the inputs; any problem ends every rank with exit 2.
 TrainOptions prepare(const Options& o, const ModelSpec& m, Communicator& world) {
   if (o.format != "table" && o.format != "json") fail_all(world, "--format: unknown '" + o.format + "' (expected table|json)");
+  if (o.device != "cpu" && o.device != "cuda") fail_all(world, "--device: unknown '" + o.device + "' (expected cpu|cuda)");
+  if (o.init != "exact" && o.init != "fast") fail_all(world, "--init: unknown '" + o.init + "' (expected exact|fast)");
+  if (o.device == "cpu" && (o.emulate_rank >= 0 || o.init != "exact"))
+    fail_all(world, "--emulate-rank and --init fast need --device cuda");
   if (o.steps < 1) fail_all(world, "--steps must be >= 1");
   if (o.watchdog_s <= 0) fail_all(world, "--watchdog-seconds must be > 0");
   if (o.resume && o.checkpoint.empty()) fail_all(world, "--resume needs --checkpoint DIR");
   Result<LaunchInfo> launch = launch_info_from_env();
   if (!launch.ok()) fail_all(world, launch.error());
-  if (Status s = check_launch(*launch, world.size()); !s.ok()) fail_all(world, s.error());
+  // GPU ranks may come from a launcher without MPI (train_gpu.cc checks them).
+  if (o.device == "cpu")
+    if (Status s = check_launch(*launch, world.size()); !s.ok()) fail_all(world, s.error());
   TrainOptions options;
   if (!o.data.empty()) {
     Result<std::vector<int>> tokens = read_token_file(o.data, m.vocab);
@@ -215,6 +236,12 @@ int run(int argc, char** argv) {
   if (!plan.ok()) fail_all(*world, plan.error());
   if (Status s = check_plan(*plan, *m, static_cast<int64_t>(1) << 20); !s.ok()) fail_all(*world, s.error());
   const TrainOptions options = prepare(o, *m, *world);
+  if (o.device == "cuda") {
+    const int code = run_gpu_training(o, *m, *plan, options, *world);
+    world.reset();
+    finalize_mpi();
+    return code;
+  }
   Watchdog dog(world->rank(), o.watchdog_s);
   std::unique_ptr<Communicator> watched_world = watched(make_mpi_world(&argc, &argv), &dog);
   Result<std::unique_ptr<Trainer>> trainer = Trainer::create(*m, *plan, *watched_world, options);

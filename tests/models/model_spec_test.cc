@@ -45,6 +45,13 @@ TEST(ModelSpec, Gpt3ParameterCountEqualsMegatronFormula) {
   }
 }
 
+// The GPU runtime's MFU model, by the same formula: L 24, h 2048, V 50257, s 2048:
+//   12*24*2048^2 = 1,207,959,552; 13*24*2048 = 638,976; (50257+2048)*2048 = 107,120,640;
+//   final LayerNorm 2*2048 = 4,096: P = 1,315,723,264.
+TEST(ModelSpec, Gpt13bHasTheParametersItsNameSays) {
+  EXPECT_EQ(total_params(load("gpt-1.3b")), 1'315'723'264);
+}
+
 TEST(ModelSpec, ReadsArchitectureDetails) {
   const ModelSpec mix = load("mixtral-8x7b");
   EXPECT_EQ(mix.experts, 8);

@@ -1,0 +1,370 @@
+#include "runtime/cuda/gpu_trainer.h"
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/cuda/adamw.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/matmul.h"
+#include "kernels/cuda/reduce.h"
+#include "runtime/cuda/device_allocator.h"
+#include "runtime/cuda/gpu_model_cache.h"
+#include "runtime/cuda/stand_in_communicator.h"
+
+namespace parallax {
+
+namespace cu = kernels::cuda;
+
+Status check_gpu_support(const Plan& p, bool emulating) {
+  auto no = [](const std::string& what) { return Error{"the GPU runtime does not execute " + what + " yet"}; };
+  if (p.offload) return no("offload");
+  if (p.zero > 0) return no("ZeRO-" + std::to_string(p.zero) + " (ZeRO 0 only; the CPU runtime executes 1-3)");
+  if (p.virtual_stages > 1) return no("interleaved schedules (one model chunk per stage)");
+  if (p.pp > 1 && !emulating) return no("pipeline parallelism across GPUs (--emulate-rank R runs one stage of it)");
+  return Status::Ok();
+}
+
+namespace {
+
+// Start and end events of one recorded op, reused from step to step.
+struct EventPair {
+  cudaEvent_t begin = nullptr, end = nullptr;
+};
+
+template <class T>
+class GpuTrainerImpl final : public GpuTrainer {
+ public:
+  GpuTrainerImpl(const ModelSpec& m, const Plan& plan, const GpuTrainOptions& o) : m_(m), plan_(plan), options_(o) {}
+  ~GpuTrainerImpl() override;
+  Status init(DeviceCommunicator* world);
+
+  StepStats step(int64_t step_index) override;
+  const std::vector<OpRecord>& last_step_ops() const override { return records_; }
+  int64_t peak_memory_bytes() const override {
+    return DeviceAllocator::instance().peak_bytes() + static_cast<int64_t>(cu::matmul_workspace_bytes());
+  }
+  int64_t tp_bytes() const override { return tp_->bytes_sent(); }
+  int64_t pp_bytes() const override { return pp_->bytes_sent(); }
+  int64_t dp_bytes() const override { return dp_->bytes_sent(); }
+  const RankCoords& coords() const override { return coords_; }
+
+ private:
+  void fill_tokens(int64_t step_index);
+  void run_schedule(float dloss);
+  void reduce_bucket(const typename GpuModel<T>::Range& r);
+  void finish_gradients(int64_t step_index);
+  double gradient_norm();
+  EventPair& mark(OpRecord::Kind kind, int mb, cudaStream_t stream);
+  void close(cudaStream_t stream) { cu::check(cudaEventRecord(events_[used_ - 1].end, stream), "event"); }
+  void resolve_records();
+
+  ModelSpec m_;
+  Plan plan_;
+  GpuTrainOptions options_;
+  RankCoords coords_;
+  cudaStream_t compute_ = nullptr, dp_stream_ = nullptr;
+  cudaEvent_t step_start_ = nullptr, head_ready_ = nullptr, dp_done_ = nullptr;
+  std::vector<cudaEvent_t> layer_events_;
+  std::unique_ptr<GpuModel<T>> model_;
+  std::unique_ptr<DeviceCommunicator> tp_, dp_, pp_, embedding_;
+  DeviceArray<float> adam_m_, adam_v_, scalar_;
+  DeviceArray<double> sumsq_;
+  DeviceArray<int> tokens_, targets_;
+  DeviceArray<T> stage_in_, stage_out_;
+  std::vector<EventPair> events_;
+  std::vector<std::pair<OpRecord::Kind, int>> kinds_;
+  size_t used_ = 0;
+  std::vector<OpRecord> records_;
+  LossScaler scaler_;
+  int64_t updates_ = 0;
+  bool dp_started_ = false;
+};
+
+template <class T>
+GpuTrainerImpl<T>::~GpuTrainerImpl() {
+  if (compute_) cudaStreamSynchronize(compute_);
+  if (dp_stream_) cudaStreamSynchronize(dp_stream_);
+  for (EventPair& e : events_) cudaEventDestroy(e.begin), cudaEventDestroy(e.end);
+  for (cudaEvent_t e : layer_events_) cudaEventDestroy(e);
+  if (step_start_) cudaEventDestroy(step_start_), cudaEventDestroy(dp_done_), cudaEventDestroy(head_ready_);
+  model_.reset();
+  if (compute_) cudaStreamDestroy(compute_), cudaStreamDestroy(dp_stream_);
+}
+
+template <class T>
+Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
+  const bool emulate = options_.emulate_rank >= 0;
+  const int rank = emulate ? options_.emulate_rank : world->rank();
+  coords_ = rank_coords(plan_, rank);
+  const int tp = static_cast<int>(plan_.tp), dp = static_cast<int>(plan_.dp), pp = static_cast<int>(plan_.pp);
+  if (emulate) {
+    tp_ = std::make_unique<StandInCommunicator>(tp, coords_.tp);
+    dp_ = std::make_unique<StandInCommunicator>(dp, coords_.dp);
+    pp_ = std::make_unique<StandInCommunicator>(pp, coords_.pp);
+    const bool ends = coords_.pp == 0 || coords_.pp == pp - 1;
+    embedding_ = std::make_unique<StandInCommunicator>(ends && pp > 1 ? 2 : 1, coords_.pp == 0 ? 0 : ends ? 1 : 0);
+  } else {
+    tp_ = world->split_device(rank / tp, coords_.tp);
+    dp_ = world->split_device(coords_.pp * tp + coords_.tp, coords_.dp);
+    pp_ = world->split_device(coords_.dp * tp + coords_.tp, coords_.pp);
+    embedding_ = std::make_unique<StandInCommunicator>(1, 0);  // pp = 1: the embedding is not split
+  }
+  cu::check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "compute stream");
+  cu::check(cudaStreamCreateWithFlags(&dp_stream_, cudaStreamNonBlocking), "dp stream");
+  cu::check(cudaEventCreate(&step_start_), "event");
+  cu::check(cudaEventCreateWithFlags(&dp_done_, cudaEventDisableTiming), "event");
+  cu::check(cudaEventCreateWithFlags(&head_ready_, cudaEventDisableTiming), "event");
+  GpuModelOptions mo{tp, coords_.tp, pp, coords_.pp, options_.train.seed, options_.exact_init, plan_.recompute,
+                     plan_.sequence_parallel};
+  Result<std::unique_ptr<GpuModel<T>>> model = GpuModel<T>::create(m_, mo, compute_);
+  if (!model.ok()) return Error{model.error()};
+  model_ = std::move(model).value();
+  for (size_t i = 0; i < model_->layer_ranges().size(); ++i) {
+    cudaEvent_t e = nullptr;
+    cu::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+    layer_events_.push_back(e);
+  }
+  const int64_t count = model_->param_count();
+  adam_m_ = DeviceArray<float>(count), adam_v_ = DeviceArray<float>(count), scalar_ = DeviceArray<float>(1);
+  sumsq_ = DeviceArray<double>(static_cast<int64_t>(model_->tensors().size()));
+  cu::check(cudaMemsetAsync(adam_m_.data(), 0, count * sizeof(float), compute_), "zero moments");
+  cu::check(cudaMemsetAsync(adam_v_.data(), 0, count * sizeof(float), compute_), "zero moments");
+  const int64_t tokens = plan_.micro_batches() * plan_.micro_batch * plan_.seq_len;
+  tokens_ = DeviceArray<int>(tokens), targets_ = DeviceArray<int>(tokens);
+  // Emulated neighbours: a fixed, non-zero boundary activation and gradient.
+  const int64_t boundary = model_->local_tokens(static_cast<int>(plan_.micro_batch * plan_.seq_len)) * m_.hidden;
+  stage_in_ = DeviceArray<T>(boundary), stage_out_ = DeviceArray<T>(boundary);
+  cu::set_stream(compute_);
+  cu::fill_uniform(stage_in_.data(), boundary, 7, 1.0f);
+  if (plan_.precision == Precision::kFp16) scaler_.scale = LossScaler::kInitial;
+  cu::check(cudaStreamSynchronize(compute_), "trainer setup");
+  return Status::Ok();
+}
+
+// The CPU trainer's batches (Trainer::fill_batch): all micro-batches of this DP rank, one upload.
+template <class T>
+void GpuTrainerImpl<T>::fill_tokens(int64_t step_index) {
+  const int64_t s = plan_.seq_len, per_rank = plan_.global_batch / plan_.dp;
+  std::vector<int> in(static_cast<size_t>(tokens_.size())), out(in.size());
+  const std::vector<int>& data = options_.train.data;
+  for (int64_t i = 0; i < per_rank; ++i) {
+    const int64_t seq = coords_.dp * per_rank + i;
+    for (int64_t pos = 0; pos < s; ++pos) {
+      const size_t at = static_cast<size_t>(i * s + pos);
+      if (!data.empty()) {
+        const int64_t span = static_cast<int64_t>(data.size()) - 1;
+        const int64_t start = ((step_index * plan_.global_batch + seq) * s) % span;
+        in[at] = data[(start + pos) % span], out[at] = data[(start + pos) % span + 1];
+      } else {
+        in[at] = synthetic_token(options_.train.data_seed, step_index, seq, pos, m_.vocab);
+        out[at] = synthetic_token(options_.train.data_seed, step_index, seq, pos + 1, m_.vocab);
+      }
+    }
+  }
+  cu::check(cudaMemcpyAsync(tokens_.data(), in.data(), in.size() * sizeof(int), cudaMemcpyHostToDevice, compute_), "tokens");
+  cu::check(cudaMemcpyAsync(targets_.data(), out.data(), out.size() * sizeof(int), cudaMemcpyHostToDevice, compute_),
+            "targets");
+  cu::check(cudaStreamSynchronize(compute_), "tokens");  // `in` and `out` are pageable host memory
+}
+
+template <class T>
+EventPair& GpuTrainerImpl<T>::mark(OpRecord::Kind kind, int mb, cudaStream_t stream) {
+  if (used_ == events_.size()) {
+    EventPair e;
+    cu::check(cudaEventCreate(&e.begin), "event");
+    cu::check(cudaEventCreate(&e.end), "event");
+    events_.push_back(e);
+  }
+  if (kinds_.size() <= used_) kinds_.resize(used_ + 1);
+  kinds_[used_] = {kind, mb};
+  cu::check(cudaEventRecord(events_[used_].begin, stream), "event");
+  return events_[used_++];
+}
+
+template <class T>
+void GpuTrainerImpl<T>::reduce_bucket(const typename GpuModel<T>::Range& r) {
+  if (!dp_started_) mark(OpRecord::kDpAllReduce, -1, dp_stream_), dp_started_ = true;
+  dp_->all_reduce_async(model_->grads() + r.offset, r.size, DType::kF32, ReduceOp::kSum, dp_stream_);
+}
+
+// This stage's ops of the schedule. The last backward starts each layer's DP bucket as soon as
+// that layer is done; pipeline neighbours are stand-ins (emulation) that count the bytes.
+template <class T>
+void GpuTrainerImpl<T>::run_schedule(float dloss) {
+  const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len);
+  const std::vector<PipelineOp> ops = pipeline_ops(plan_.schedule, plan_.pp, plan_.micro_batches(), 1)[coords_.pp];
+  size_t last_backward = 0;
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].kind == OpKind::kBackward) last_backward = i;
+  std::vector<std::unique_ptr<typename GpuModel<T>::MicroBatch>> states(static_cast<size_t>(plan_.micro_batches()));
+  const DType type = model_->dtype();
+  const int64_t boundary = stage_in_.size();
+  const bool first = model_->first_stage(), last = model_->last_stage();
+  auto layer_done = [this](int l) {
+    cu::check(cudaEventRecord(layer_events_[l], compute_), "event");
+    cu::check(cudaStreamWaitEvent(dp_stream_, layer_events_[l]), "wait");
+    reduce_bucket(model_->layer_ranges()[l]);
+  };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const PipelineOp& op = ops[i];
+    const int mb = op.micro_batch;
+    const int64_t offset = static_cast<int64_t>(mb) * b * s;
+    if (op.kind == OpKind::kForward) {
+      states[mb] = model_->new_micro_batch();
+      if (!first) pp_->recv_async(stage_in_.data(), boundary, type, coords_.pp - 1, compute_);
+      mark(OpRecord::kForward, mb, compute_);
+      model_->forward(*states[mb], tokens_.data() + offset, targets_.data() + offset, stage_in_.data(),
+                      stage_out_.data(), b, s, dloss, *tp_, scalar_.data());
+      close(compute_);
+      if (!last) pp_->send_async(stage_out_.data(), boundary, type, coords_.pp + 1, compute_);
+    } else if (op.kind == OpKind::kBackward) {
+      if (!last) pp_->recv_async(stage_in_.data(), boundary, type, coords_.pp + 1, compute_);
+      mark(OpRecord::kBackward, mb, compute_);
+      const bool dp = plan_.dp > 1 && i == last_backward;
+      model_->backward(*states[mb], stage_in_.data(), stage_out_.data(), b, s, *tp_,
+                       dp ? std::function<void(int)>(layer_done) : std::function<void(int)>());
+      close(compute_);
+      states[mb].reset();
+      if (!first) pp_->send_async(stage_out_.data(), boundary, type, coords_.pp - 1, compute_);
+    }  // W: B computed the weight gradients too (as in the CPU runtime)
+  }
+}
+
+template <class T>
+void GpuTrainerImpl<T>::finish_gradients(int64_t step_index) {
+  const bool poison = step_index == options_.train.inject_overflow_step && coords_.tp == 0 && coords_.dp == 0 &&
+                      coords_.pp == 0;
+  if (poison) {
+    const float inf = std::numeric_limits<float>::infinity();
+    cu::check(cudaMemcpyAsync(model_->grads(), &inf, sizeof inf, cudaMemcpyHostToDevice, compute_), "poison");
+    cu::check(cudaStreamSynchronize(compute_), "poison");
+  }
+  if (plan_.dp > 1) {
+    cu::check(cudaEventRecord(head_ready_, compute_), "event");
+    cu::check(cudaStreamWaitEvent(dp_stream_, head_ready_), "wait");
+    reduce_bucket(model_->head_range());  // embedding and head: complete only after the last op
+    close(dp_stream_);
+    cu::check(cudaEventRecord(dp_done_, dp_stream_), "event");
+    cu::check(cudaStreamWaitEvent(compute_, dp_done_), "wait");
+  }
+  // Sums over TP and DP commute: the SP partial norm gradients may be summed after DP.
+  if (model_->sequence_parallel())
+    for (const GpuTensor& t : model_->tensors())
+      if (t.sp_partial) tp_->all_reduce_async(model_->grads() + t.offset, t.size, DType::kF32, ReduceOp::kSum, compute_);
+  // Tied embeddings over several stages: the first and last stage sum their two copies' gradients.
+  for (const GpuTensor& t : model_->tensors())
+    if (m_.tied_embeddings && plan_.pp > 1 && (t.name == "wte" || t.name == "wte.copy"))
+      embedding_->all_reduce_async(model_->grads() + t.offset, t.size, DType::kF32, ReduceOp::kSum, compute_);
+}
+
+// As Trainer::gradient_norm: TP-replicated tensors and the tied copy count once; the sum over TP
+// and PP ranks makes an inf or NaN anywhere reach every rank alike.
+template <class T>
+double GpuTrainerImpl<T>::gradient_norm() {
+  const std::vector<GpuTensor>& tensors = model_->tensors();
+  cu::set_stream(compute_);
+  for (size_t i = 0; i < tensors.size(); ++i)
+    cu::sum_squares(sumsq_.data() + i, model_->grads() + tensors[i].offset, tensors[i].size);
+  std::vector<double> parts(tensors.size());
+  cu::check(cudaMemcpyAsync(parts.data(), sumsq_.data(), parts.size() * sizeof(double), cudaMemcpyDeviceToHost, compute_),
+            "gradient norm");
+  cu::check(cudaStreamSynchronize(compute_), "gradient norm");
+  double local = 0;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (!(tensors[i].tp_replicated && coords_.tp != 0) && tensors[i].name != "wte.copy") local += parts[i];
+  float sumsq = static_cast<float>(local);
+  cu::check(cudaMemcpy(scalar_.data(), &sumsq, sizeof sumsq, cudaMemcpyHostToDevice), "gradient norm");
+  tp_->all_reduce(scalar_.data(), 1, ReduceOp::kSum);
+  pp_->all_reduce(scalar_.data(), 1, ReduceOp::kSum);
+  cu::check(cudaMemcpy(&sumsq, scalar_.data(), sizeof sumsq, cudaMemcpyDeviceToHost), "gradient norm");
+  return std::sqrt(static_cast<double>(sumsq));
+}
+
+template <class T>
+void GpuTrainerImpl<T>::resolve_records() {
+  cu::check(cudaDeviceSynchronize(), "step");
+  records_.clear();
+  for (size_t i = 0; i < used_; ++i) {
+    float start_ms = 0, duration_ms = 0;
+    cu::check(cudaEventElapsedTime(&start_ms, step_start_, events_[i].begin), "event time");
+    cu::check(cudaEventElapsedTime(&duration_ms, events_[i].begin, events_[i].end), "event time");
+    records_.push_back({kinds_[i].first, kinds_[i].second, kinds_[i].second >= 0 ? 0 : -1, start_ms * 1e-3,
+                        duration_ms * 1e-3});
+  }
+}
+
+template <class T>
+StepStats GpuTrainerImpl<T>::step(int64_t step_index) {
+  fill_tokens(step_index);
+  used_ = 0, dp_started_ = false;
+  const int64_t count = model_->param_count();
+  cu::check(cudaMemsetAsync(model_->grads(), 0, count * sizeof(float), compute_), "zero gradients");
+  cu::check(cudaMemsetAsync(scalar_.data(), 0, sizeof(float), compute_), "zero loss");
+  cu::check(cudaEventRecord(step_start_, compute_), "event");
+  const float dloss = scaler_.scale / static_cast<float>(plan_.global_batch * plan_.seq_len);
+  run_schedule(dloss);
+  finish_gradients(step_index);
+  float loss = 0;
+  cu::check(cudaMemcpyAsync(&loss, scalar_.data(), sizeof loss, cudaMemcpyDeviceToHost, compute_), "loss");
+  cu::check(cudaStreamSynchronize(compute_), "loss");
+  if (options_.emulate_rank < 0) {  // real ranks: pp = 1, the loss is summed over DP
+    cu::check(cudaMemcpy(scalar_.data(), &loss, sizeof loss, cudaMemcpyHostToDevice), "loss");
+    dp_->all_reduce(scalar_.data(), 1, ReduceOp::kSum);
+    cu::check(cudaMemcpy(&loss, scalar_.data(), sizeof loss, cudaMemcpyDeviceToHost), "loss");
+  }
+  StepStats stats;
+  stats.loss = loss / static_cast<double>(plan_.global_batch * plan_.seq_len);
+  mark(OpRecord::kOptimizer, -1, compute_);
+  const float used_scale = scaler_.scale;
+  const double scaled_norm = gradient_norm();
+  stats.grad_norm = scaled_norm / used_scale;
+  stats.skipped = !std::isfinite(scaled_norm) || step_index == options_.train.skip_step;
+  if (step_index != options_.train.skip_step) scaler_.update(!std::isfinite(scaled_norm));
+  stats.loss_scale = scaler_.scale;
+  if (!stats.skipped) {
+    const double clip_norm = options_.train.clip_norm;
+    const float clip = stats.grad_norm > clip_norm ? static_cast<float>(clip_norm / (stats.grad_norm + 1e-6)) : 1.0f;
+    ++updates_;
+    cu::set_stream(compute_);
+    cu::adamw_update(model_->master(), model_->weights(), model_->grads(), adam_m_.data(), adam_v_.data(), count,
+                     options_.train.adam, static_cast<int>(updates_), clip / used_scale);
+  }
+  close(compute_);
+  resolve_records();
+  return stats;
+}
+
+template <class T>
+Result<std::unique_ptr<GpuTrainer>> make(const ModelSpec& m, const Plan& plan, DeviceCommunicator* world,
+                                         const GpuTrainOptions& o) {
+  auto t = std::make_unique<GpuTrainerImpl<T>>(m, plan, o);
+  if (Status s = t->init(world); !s.ok()) return Error{s.error()};
+  return std::unique_ptr<GpuTrainer>(std::move(t));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<GpuTrainer>> GpuTrainer::create(const ModelSpec& m, const Plan& plan, DeviceCommunicator* world,
+                                                       const GpuTrainOptions& o) {
+  const bool emulate = o.emulate_rank >= 0;
+  if (Status s = check_gpu_support(plan, emulate); !s.ok()) return Error{s.error()};
+  if (emulate && o.emulate_rank >= plan.gpus())
+    return Error{"--emulate-rank " + std::to_string(o.emulate_rank) + " is outside the plan's " +
+                 std::to_string(plan.gpus()) + " ranks"};
+  if (!emulate && (!world || world->size() != plan.gpus()))
+    return Error{"world size " + std::to_string(world ? world->size() : 0) + " does not equal tp x pp x dp = " +
+                 std::to_string(plan.gpus())};
+  if (!cu::device_available()) return Error{"no CUDA device"};
+  try {
+    switch (plan.precision) {
+      case Precision::kBf16: return make<cu::bf16>(m, plan, world, o);
+      case Precision::kFp16: return make<cu::fp16>(m, plan, world, o);
+      case Precision::kFp32: return make<float>(m, plan, world, o);
+    }
+  } catch (const std::exception& e) {
+    return Error{e.what()};
+  }
+  return Error{"unknown precision"};
+}
+
+}  // namespace parallax

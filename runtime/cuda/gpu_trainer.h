@@ -1,0 +1,54 @@
+// GpuTrainer: executes a Plan on this process's GPU — the CPU Trainer's step (runtime/trainer.h:
+// the same data, losses, gradient clipping, AdamW and dynamic loss scaling) on a GpuModel in the
+// plan's precision (bf16 or fp16 with fp32 master weights and gradients; fp32 for checks).
+//
+// Streams: the model runs on a compute stream; data-parallel gradient reduction runs on its own
+// stream, one bucket per layer, each started as soon as the last micro-batch's backward of that
+// layer is done, so it overlaps the rest of the backward (what the simulator's
+// overlap_grad_reduce assumes). Per-op times come from CUDA events; memory from the caching
+// DeviceAllocator's high-water mark.
+//
+// Real ranks: TP and DP over NCCL (pp = 1, ZeRO 0). Rank emulation (`emulate_rank` >= 0): one GPU
+// runs rank R's share of any plan — its stage of the pipeline with the schedule's op order, its TP
+// shard, its micro-batches — with stand-in collectives (runtime/cuda/stand_in_communicator.h),
+// so per-rank compute time and memory of plans far larger than one GPU can be measured. Other
+// settings are refused by check_gpu_support().
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "models/model_spec.h"
+#include "planner/plan.h"
+#include "runtime/cuda/device_communicator.h"
+#include "runtime/trainer.h"
+
+namespace parallax {
+
+struct GpuTrainOptions {
+  TrainOptions train;
+  int emulate_rank = -1;     // >= 0: emulate this rank of the plan on one GPU
+  bool exact_init = true;    // the CPU runtime's initialization (else a fast on-device fill)
+};
+
+// The settings of `plan` the GPU runtime can execute, or an error naming the first one it cannot.
+Status check_gpu_support(const Plan& plan, bool emulating);
+
+class GpuTrainer {
+ public:
+  // `world` (real ranks) must outlive the trainer; it is unused when emulating (may be null).
+  static Result<std::unique_ptr<GpuTrainer>> create(const ModelSpec& m, const Plan& plan, DeviceCommunicator* world,
+                                                    const GpuTrainOptions& options);
+  virtual ~GpuTrainer() = default;
+  virtual StepStats step(int64_t step_index) = 0;
+  // The ops of the last step (CUDA events), seconds from the step's start.
+  virtual const std::vector<OpRecord>& last_step_ops() const = 0;
+  // High-water mark of the caching allocator plus the cuBLASLt workspace.
+  virtual int64_t peak_memory_bytes() const = 0;
+  virtual int64_t tp_bytes() const = 0;
+  virtual int64_t pp_bytes() const = 0;
+  virtual int64_t dp_bytes() const = 0;
+  virtual const RankCoords& coords() const = 0;
+};
+
+}  // namespace parallax

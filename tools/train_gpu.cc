@@ -1,0 +1,141 @@
+// train --device cuda: one process per GPU (mpirun, srun or torchrun-style RANK / WORLD_SIZE /
+// LOCAL_RANK on one node without MPI), NCCL bootstrapped over MPI or a rendezvous file; or, with
+// --emulate-rank R, one GPU running rank R's share of any plan with stand-in collectives. Prints
+// what the CPU path prints, plus the device, model FLOPs and MFU when --peak-tflops is given.
+#include <chrono>
+#include <iostream>
+
+#include "models/layer_cost.h"
+#include "simulator/trace.h"
+#include "tools/cli.h"
+#include "tools/train_common.h"
+
+#ifdef PARALLAX_HAVE_CUDA
+#include "kernels/cuda/common.h"
+#include "runtime/cuda/device_allocator.h"
+#include "runtime/cuda/gpu_trainer.h"
+#include "runtime/cuda/nccl_bootstrap.h"
+#include "runtime/cuda/nccl_communicator.h"
+#include "runtime/launch.h"
+#endif
+
+namespace parallax {
+
+#ifndef PARALLAX_HAVE_CUDA
+
+int run_gpu_training(const TrainFlags&, const ModelSpec&, const Plan&, const TrainOptions&, Communicator& world) {
+  fail_all(world, "--device cuda: this train was built without CUDA (no nvcc at configure time)");
+}
+
+#else
+
+namespace {
+
+struct GpuRun {
+  std::vector<double> losses, times;
+  std::vector<int64_t> skipped;
+  double loss_scale = 1;
+};
+
+std::string device_name() {
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "unknown";
+  return prop.name;
+}
+
+void report(const TrainFlags& o, const Plan& plan, const ModelSpec& m, GpuTrainer& t, const GpuRun& run) {
+  const double step_s = steady_step_time(run.times);
+  const double flops = model_flops_per_step(m, plan.seq_len, plan.global_batch);
+  const double tflops_per_gpu = flops / (step_s * static_cast<double>(plan.gpus())) / 1e12;
+  nlohmann::json j = {{"losses", run.losses},
+                      {"step_time_s", step_s},
+                      {"tokens_per_s", static_cast<double>(plan.global_batch * plan.seq_len) / step_s},
+                      {"peak_memory_bytes", t.peak_memory_bytes()},
+                      {"comm_bytes", {{"tp", t.tp_bytes()}, {"pp", t.pp_bytes()}, {"dp", t.dp_bytes()}}},
+                      {"ranks", plan.gpus()},
+                      {"skipped_steps", run.skipped},
+                      {"loss_scale", run.loss_scale},
+                      {"device", device_name()},
+                      {"model_flops_per_step", flops},
+                      {"model_tflops_per_gpu", tflops_per_gpu}};
+  if (o.emulate_rank >= 0) j["emulated_rank"] = o.emulate_rank, j["emulated_stage"] = t.coords().pp;
+  if (o.peak_tflops > 0) j["mfu"] = tflops_per_gpu / o.peak_tflops;
+  if (o.format == "json") {
+    std::cout << j.dump() << "\n";
+    return;
+  }
+  for (size_t i = 0; i < run.losses.size(); ++i)
+    std::cout << "step " << i + 1 << "  loss " << cli::fixed(run.losses[i], 6) << "\n";
+  std::cout << "median step " << cli::fixed(step_s, 4) << " s, " << cli::fixed(j["tokens_per_s"].get<double>(), 0)
+            << " tokens/s, " << cli::fixed(tflops_per_gpu, 1) << " model TFLOP/s per GPU, peak memory "
+            << cli::fixed(static_cast<double>(t.peak_memory_bytes()) / (1 << 30), 2) << " GiB on " << device_name()
+            << "\n";
+}
+
+void write_gpu_trace(const TrainFlags& o, const Plan& plan, const ModelSpec& m, GpuTrainer& t, double step_s) {
+  std::vector<StageOp> ops;
+  for (const OpRecord& r : t.last_step_ops()) ops.push_back({t.coords().pp, r});
+  nlohmann::json meta = {{"source", "parallax train --device cuda"}, {"device", device_name()},
+                         {"step_time_s", step_s}, {"peak_memory_bytes", t.peak_memory_bytes()}};
+  if (o.emulate_rank >= 0) meta["emulated_rank"] = o.emulate_rank;
+  if (Status st = write_text_file(o.trace, measured_trace(plan, m, ops, meta).dump()); !st.ok()) cli::fail(st.error());
+}
+
+// The NCCL world: ranks from MPI when it has several, else from the launcher's environment.
+std::unique_ptr<NcclCommunicator> nccl_world(const TrainFlags& o, Communicator& cpu_world) {
+  Result<LaunchInfo> launch = launch_info_from_env();
+  if (!launch.ok()) fail_all(cpu_world, launch.error());
+  const bool mpi = cpu_world.size() > 1;
+  const int rank = mpi ? cpu_world.rank() : launch->rank, size = mpi ? cpu_world.size() : launch->world_size;
+  if (mpi && launch->world_size != size)
+    fail_all(cpu_world, launch->launcher + " says the world has " + std::to_string(launch->world_size) +
+                            " ranks but MPI has " + std::to_string(size));
+  int devices = 0;
+  kernels::cuda::check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  if (launch->local_rank >= devices)
+    fail_all(cpu_world, "local rank " + std::to_string(launch->local_rank) + " has no GPU (" +
+                            std::to_string(devices) + " on this node)");
+  Result<ncclUniqueId> id = bootstrap_nccl_id(cpu_world, *launch, o.watchdog_s);
+  if (!id.ok()) fail_all(cpu_world, id.error());
+  std::unique_ptr<NcclCommunicator> world = make_nccl_world(rank, size, *id, launch->local_rank, o.watchdog_s);
+  if (rank == 0) remove_nccl_id_file();  // every rank has read it: NCCL's start-up needed them all
+  return world;
+}
+
+}  // namespace
+
+int run_gpu_training(const TrainFlags& o, const ModelSpec& m, const Plan& plan, const TrainOptions& options,
+                     Communicator& cpu_world) {
+  if (!kernels::cuda::device_available()) fail_all(cpu_world, "--device cuda: no CUDA device is visible");
+  if (o.emulate_rank >= 0 && cpu_world.size() > 1) fail_all(cpu_world, "--emulate-rank runs as one process");
+  if (!o.checkpoint.empty() || o.fail_rank >= 0) fail_all(cpu_world, "--device cuda does not checkpoint yet");
+  GpuTrainOptions go{options, static_cast<int>(o.emulate_rank), o.init == "exact"};
+  std::unique_ptr<NcclCommunicator> world;
+  if (o.emulate_rank < 0) world = nccl_world(o, cpu_world);
+  Result<std::unique_ptr<GpuTrainer>> trainer = GpuTrainer::create(m, plan, world.get(), go);
+  if (!trainer.ok()) fail_all(cpu_world, trainer.error());
+  GpuRun run;
+  try {
+    for (int64_t step = 0; step < o.steps; ++step) {
+      const auto start = std::chrono::steady_clock::now();
+      const StepStats stats = (*trainer)->step(step);  // returns synchronized
+      run.times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      run.losses.push_back(stats.loss);
+      if (stats.skipped) run.skipped.push_back(step);
+      run.loss_scale = stats.loss_scale;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "train: error: " << e.what() << std::endl;  // a CUDA failure: this rank cannot go on
+    return 3;
+  }
+  const bool root = world ? world->rank() == 0 : true;
+  if (root) report(o, plan, m, **trainer, run);
+  if (root && !o.trace.empty()) write_gpu_trace(o, plan, m, **trainer, run.times.back());
+  trainer = Error{"done"};  // release the model and communicators before the process ends
+  return 0;
+}
+
+#endif
+
+}  // namespace parallax
