@@ -1,5 +1,8 @@
 #include "runtime/cuda/device_allocator.h"
 
+#include <stdexcept>
+#include <string>
+
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -48,14 +51,20 @@ void* DeviceAllocator::allocate(size_t bytes) {
     ptr = it->second;
     free_.erase(it);
   } else {
-    if (cudaMalloc(&ptr, size) != cudaSuccess) {
+    cudaError_t err = cudaMalloc(&ptr, size);
+    if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // an out-of-memory error is not sticky; clear it before retrying
       empty_cache();
-      if (cudaMalloc(&ptr, size) != cudaSuccess) {
+      err = cudaMalloc(&ptr, size);
+      if (err == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError();
         throw std::bad_alloc();
       }
     }
+    // Anything else (a sticky error from an earlier kernel, no device) is not "out of memory".
+    if (err != cudaSuccess)
+      throw std::runtime_error(std::string("DeviceAllocator: cudaMalloc of ") + std::to_string(size) +
+                               " bytes: " + cudaGetErrorString(err));
     reserved_ += static_cast<int64_t>(size);
   }
   live_.emplace(ptr, size);

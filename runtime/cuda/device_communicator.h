@@ -35,6 +35,9 @@ class DeviceCommunicator : public Communicator {
   virtual void recv_async(void* data, int64_t count, DType type, int peer, cudaStream_t stream) = 0;
   // Ranks with the same color form a new communicator, ordered by key.
   virtual std::unique_ptr<DeviceCommunicator> split_device(int color, int key) = 0;
+  // Returns when `stream` has reached this point; a stuck collective on this communicator ends
+  // the process under its watchdog instead of hanging (`what` names the wait).
+  virtual void synchronize(cudaStream_t stream, const char* what) = 0;
 
   using Communicator::send_async;
 };

@@ -29,8 +29,13 @@ DType GpuModel<T>::dtype() const {
   else return DType::kF16;
 }
 
+// Each tensor starts at a multiple of 128 elements (256 bytes of bf16, 512 of fp32): cuBLASLt's
+// heuristic assumes 256-byte aligned operands and the elementwise kernels take their vector path.
+// The gaps hold zeros that AdamW leaves at zero.
 template <class T>
 void GpuModel<T>::add(const std::string& name, int64_t size, bool replicated) {
+  constexpr int64_t kAlign = 128;
+  count_ = (count_ + kAlign - 1) / kAlign * kAlign;
   tensors_.push_back({name, count_, size, replicated, name.find("ln") != std::string::npos});
   count_ += size;
 }
@@ -53,7 +58,7 @@ void GpuModel<T>::layout() {
   for (int64_t l = 0; l < stage_layers_; ++l) {
     const std::string n = "layer" + std::to_string(first_layer_ + l) + ".";
     Layer L;
-    const int64_t begin = count_;
+    const int64_t first = static_cast<int64_t>(tensors_.size());
     auto put = [&](int64_t& slot, const std::string& name, int64_t size, bool replicated) {
       slot = index();
       add(n + name, size, replicated);
@@ -71,6 +76,7 @@ void GpuModel<T>::layout() {
     put(L.fc2_w, "fc2.w", h * fl, false);
     if (bias) put(L.fc2_b, "fc2.b", h, true);
     layers_.push_back(L);
+    const int64_t begin = tensors_[first].offset;
     layer_ranges_.push_back({begin, count_ - begin});
   }
 }
@@ -154,6 +160,7 @@ template <class T>
 void GpuModel<T>::embed_forward(T* x, const int* tokens, int n, int s, DeviceCommunicator& tp) {
   const int h = static_cast<int>(m_.hidden);
   DeviceArray<T> partial(static_cast<int64_t>(n) * h);
+  cu::set_stream(stream_);
   cu::embedding_forward(partial.data(), tokens, w(wte_), wpe_ >= 0 ? w(wpe_) : nullptr, n, s, h,
                         static_cast<int>(o_.tp_rank * vocab_local_), static_cast<int>(vocab_local_), o_.tp_rank == 0);
   reduce_tokens(x, partial.data(), n, tp);  // vocab-parallel partial sums
@@ -165,6 +172,7 @@ void GpuModel<T>::embed_backward(const T* dx, const int* tokens, int n, int s, D
   DeviceArray<T> full(sequence_parallel() ? static_cast<int64_t>(n) * h : 0);
   const T* d = dx;
   if (sequence_parallel()) gather_tokens(full.data(), dx, n, tp), d = full.data();
+  cu::set_stream(stream_);
   cu::embedding_backward(g(wte_), wpe_ >= 0 ? g(wpe_) : nullptr, d, tokens, n, s, h,
                          static_cast<int>(o_.tp_rank * vocab_local_), static_cast<int>(vocab_local_));
 }

@@ -54,8 +54,11 @@ class GpuTrainerImpl final : public GpuTrainer {
   void reduce_bucket(const typename GpuModel<T>::Range& r);
   void finish_gradients(int64_t step_index);
   double gradient_norm();
-  EventPair& mark(OpRecord::Kind kind, int mb, cudaStream_t stream);
-  void close(cudaStream_t stream) { cu::check(cudaEventRecord(events_[used_ - 1].end, stream), "event"); }
+  // Records the start of an op on `stream` and returns its index, for close() to record its end.
+  size_t mark(OpRecord::Kind kind, int mb, cudaStream_t stream);
+  void close(size_t op, cudaStream_t stream) { cu::check(cudaEventRecord(events_[op].end, stream), "event"); }
+  // Waits for a stream under the NCCL watchdog of the communicator that works on it.
+  void sync(DeviceCommunicator& comm, cudaStream_t stream, const char* what) { comm.synchronize(stream, what); }
   void resolve_records();
 
   ModelSpec m_;
@@ -77,6 +80,7 @@ class GpuTrainerImpl final : public GpuTrainer {
   std::vector<OpRecord> records_;
   LossScaler scaler_;
   int64_t updates_ = 0;
+  size_t dp_op_ = 0;
   bool dp_started_ = false;
 };
 
@@ -88,6 +92,7 @@ GpuTrainerImpl<T>::~GpuTrainerImpl() {
   for (cudaEvent_t e : layer_events_) cudaEventDestroy(e);
   if (step_start_) cudaEventDestroy(step_start_), cudaEventDestroy(dp_done_), cudaEventDestroy(head_ready_);
   model_.reset();
+  cu::set_stream(nullptr);  // the thread's kernels must not go on to a destroyed stream
   if (compute_) cudaStreamDestroy(compute_), cudaStreamDestroy(dp_stream_);
 }
 
@@ -168,7 +173,7 @@ void GpuTrainerImpl<T>::fill_tokens(int64_t step_index) {
 }
 
 template <class T>
-EventPair& GpuTrainerImpl<T>::mark(OpRecord::Kind kind, int mb, cudaStream_t stream) {
+size_t GpuTrainerImpl<T>::mark(OpRecord::Kind kind, int mb, cudaStream_t stream) {
   if (used_ == events_.size()) {
     EventPair e;
     cu::check(cudaEventCreate(&e.begin), "event");
@@ -178,12 +183,12 @@ EventPair& GpuTrainerImpl<T>::mark(OpRecord::Kind kind, int mb, cudaStream_t str
   if (kinds_.size() <= used_) kinds_.resize(used_ + 1);
   kinds_[used_] = {kind, mb};
   cu::check(cudaEventRecord(events_[used_].begin, stream), "event");
-  return events_[used_++];
+  return used_++;
 }
 
 template <class T>
 void GpuTrainerImpl<T>::reduce_bucket(const typename GpuModel<T>::Range& r) {
-  if (!dp_started_) mark(OpRecord::kDpAllReduce, -1, dp_stream_), dp_started_ = true;
+  if (!dp_started_) dp_op_ = mark(OpRecord::kDpAllReduce, -1, dp_stream_), dp_started_ = true;
   dp_->all_reduce_async(model_->grads() + r.offset, r.size, DType::kF32, ReduceOp::kSum, dp_stream_);
 }
 
@@ -212,18 +217,18 @@ void GpuTrainerImpl<T>::run_schedule(float dloss) {
     if (op.kind == OpKind::kForward) {
       states[mb] = model_->new_micro_batch();
       if (!first) pp_->recv_async(stage_in_.data(), boundary, type, coords_.pp - 1, compute_);
-      mark(OpRecord::kForward, mb, compute_);
+      const size_t f = mark(OpRecord::kForward, mb, compute_);
       model_->forward(*states[mb], tokens_.data() + offset, targets_.data() + offset, stage_in_.data(),
                       stage_out_.data(), b, s, dloss, *tp_, scalar_.data());
-      close(compute_);
+      close(f, compute_);
       if (!last) pp_->send_async(stage_out_.data(), boundary, type, coords_.pp + 1, compute_);
     } else if (op.kind == OpKind::kBackward) {
       if (!last) pp_->recv_async(stage_in_.data(), boundary, type, coords_.pp + 1, compute_);
-      mark(OpRecord::kBackward, mb, compute_);
+      const size_t bw = mark(OpRecord::kBackward, mb, compute_);
       const bool dp = plan_.dp > 1 && i == last_backward;
       model_->backward(*states[mb], stage_in_.data(), stage_out_.data(), b, s, *tp_,
                        dp ? std::function<void(int)>(layer_done) : std::function<void(int)>());
-      close(compute_);
+      close(bw, compute_);
       states[mb].reset();
       if (!first) pp_->send_async(stage_out_.data(), boundary, type, coords_.pp - 1, compute_);
     }  // W: B computed the weight gradients too (as in the CPU runtime)
@@ -237,13 +242,13 @@ void GpuTrainerImpl<T>::finish_gradients(int64_t step_index) {
   if (poison) {
     const float inf = std::numeric_limits<float>::infinity();
     cu::check(cudaMemcpyAsync(model_->grads(), &inf, sizeof inf, cudaMemcpyHostToDevice, compute_), "poison");
-    cu::check(cudaStreamSynchronize(compute_), "poison");
+    sync(*tp_, compute_, "poison");
   }
   if (plan_.dp > 1) {
     cu::check(cudaEventRecord(head_ready_, compute_), "event");
     cu::check(cudaStreamWaitEvent(dp_stream_, head_ready_), "wait");
     reduce_bucket(model_->head_range());  // embedding and head: complete only after the last op
-    close(dp_stream_);
+    close(dp_op_, dp_stream_);
     cu::check(cudaEventRecord(dp_done_, dp_stream_), "event");
     cu::check(cudaStreamWaitEvent(compute_, dp_done_), "wait");
   }
@@ -268,7 +273,7 @@ double GpuTrainerImpl<T>::gradient_norm() {
   std::vector<double> parts(tensors.size());
   cu::check(cudaMemcpyAsync(parts.data(), sumsq_.data(), parts.size() * sizeof(double), cudaMemcpyDeviceToHost, compute_),
             "gradient norm");
-  cu::check(cudaStreamSynchronize(compute_), "gradient norm");
+  sync(*tp_, compute_, "gradient norm");
   double local = 0;
   for (size_t i = 0; i < tensors.size(); ++i)
     if (!(tensors[i].tp_replicated && coords_.tp != 0) && tensors[i].name != "wte.copy") local += parts[i];
@@ -282,7 +287,8 @@ double GpuTrainerImpl<T>::gradient_norm() {
 
 template <class T>
 void GpuTrainerImpl<T>::resolve_records() {
-  cu::check(cudaDeviceSynchronize(), "step");
+  sync(*tp_, compute_, "end of step");
+  sync(*dp_, dp_stream_, "end of step (DP reduction)");
   records_.clear();
   for (size_t i = 0; i < used_; ++i) {
     float start_ms = 0, duration_ms = 0;
@@ -306,7 +312,7 @@ StepStats GpuTrainerImpl<T>::step(int64_t step_index) {
   finish_gradients(step_index);
   float loss = 0;
   cu::check(cudaMemcpyAsync(&loss, scalar_.data(), sizeof loss, cudaMemcpyDeviceToHost, compute_), "loss");
-  cu::check(cudaStreamSynchronize(compute_), "loss");
+  sync(*tp_, compute_, "loss");
   if (options_.emulate_rank < 0) {  // real ranks: pp = 1, the loss is summed over DP
     cu::check(cudaMemcpy(scalar_.data(), &loss, sizeof loss, cudaMemcpyHostToDevice), "loss");
     dp_->all_reduce(scalar_.data(), 1, ReduceOp::kSum);
@@ -314,7 +320,7 @@ StepStats GpuTrainerImpl<T>::step(int64_t step_index) {
   }
   StepStats stats;
   stats.loss = loss / static_cast<double>(plan_.global_batch * plan_.seq_len);
-  mark(OpRecord::kOptimizer, -1, compute_);
+  const size_t optimizer = mark(OpRecord::kOptimizer, -1, compute_);
   const float used_scale = scaler_.scale;
   const double scaled_norm = gradient_norm();
   stats.grad_norm = scaled_norm / used_scale;
@@ -329,7 +335,7 @@ StepStats GpuTrainerImpl<T>::step(int64_t step_index) {
     cu::adamw_update(model_->master(), model_->weights(), model_->grads(), adam_m_.data(), adam_v_.data(), count,
                      options_.train.adam, static_cast<int>(updates_), clip / used_scale);
   }
-  close(compute_);
+  close(optimizer, compute_);
   resolve_records();
   return stats;
 }

@@ -112,6 +112,8 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int world_rank, double watch
 
 NcclCommunicator::~NcclCommunicator() {
   // Copies never issued belong to a caller that skipped wait_sends(); sending them now could hang.
+  // Their copies run on the legacy stream: let them finish before the blocks go back to the cache.
+  cudaStreamSynchronize(cudaStreamLegacy);
   pending_.clear();
   finish("shutdown", -1);
   const Watch w{comm_, world_rank_, watchdog_s_};
@@ -305,9 +307,12 @@ std::unique_ptr<DeviceCommunicator> NcclCommunicator::split_device(int color, in
   ncclConfig_t config = non_blocking_config();
   ncclComm_t sub = nullptr;
   check(w, ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, &config), "split");
-  if (sub) settle_comm(w, sub, "split", -1);
+  // A non-blocking split may leave `sub` null until NCCL's background thread has built the child,
+  // and the parent stays in progress until then: settle the parent first, then the child.
   settle_comm(w, comm_, "split", -1);
+  sub = __atomic_load_n(&sub, __ATOMIC_ACQUIRE);
   if (!sub) return nullptr;
+  settle_comm(w, sub, "split", -1);
   return std::make_unique<NcclCommunicator>(sub, world_rank_, watchdog_s_);
 }
 

@@ -84,6 +84,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   // communicator's asynchronous errors: how the trainer completes stream-ordered collectives.
   // `what` (and `count` when not negative) name the operation in the timeout message.
   void wait(cudaStream_t stream, const char* what, int64_t count = -1);
+  void synchronize(cudaStream_t stream, const char* what) override { wait(stream, what); }
 
   cudaStream_t stream() const { return stream_; }
   ncclComm_t nccl_comm() const { return comm_; }

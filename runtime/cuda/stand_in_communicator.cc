@@ -23,9 +23,11 @@ void StandInCommunicator::reduce_scatter_async(void* out, const void* in, int64_
   count_bytes(static_cast<double>(size_ - 1) * static_cast<double>(bytes));
 }
 
+// Every slot gets this rank's block: the peers' blocks would be as real, and a slot left as the
+// allocator last had it could hold NaNs.
 void StandInCommunicator::all_gather_async(void* out, const void* in, int64_t count, DType type, cudaStream_t stream) {
   const int64_t bytes = count * dtype_bytes(type);
-  copy_async(static_cast<char*>(out) + rank_ * bytes, in, bytes, stream);
+  for (int r = 0; r < size_; ++r) copy_async(static_cast<char*>(out) + r * bytes, in, bytes, stream);
   count_bytes(static_cast<double>(size_ - 1) * static_cast<double>(bytes));
 }
 
@@ -34,6 +36,10 @@ void StandInCommunicator::send_async(const void*, int64_t count, DType type, int
 }
 
 void StandInCommunicator::recv_async(void*, int64_t, DType, int, cudaStream_t) {}
+
+void StandInCommunicator::synchronize(cudaStream_t stream, const char* what) {
+  kernels::cuda::check(cudaStreamSynchronize(stream), what);
+}
 
 std::unique_ptr<DeviceCommunicator> StandInCommunicator::split_device(int, int) {
   return std::make_unique<StandInCommunicator>(size_, rank_);

@@ -2,7 +2,8 @@
 // peer, for rank emulation — running one rank's share of a plan far larger than the machine (one
 // stage of a 13B model under TP 8 x PP 4 on one GPU). Collectives move no data between ranks:
 // all-reduce leaves this rank's partial values, gathers copy this rank's block into its slot,
-// reduce-scatter keeps this rank's block, receives leave the buffer as it is. The activations
+// reduce-scatter keeps this rank's block, receives leave the buffer as it is. The loss an
+// emulated last stage reports is its own DP rank's share (not summed over DP). The activations
 // therefore stay finite and realistically distributed, the compute runs exactly as in the real
 // plan, and the bytes a real group would have sent are counted (nccl-tests convention) so the
 // collectives can be timed separately by the simulator's cost model. With size 1 it is the
@@ -39,6 +40,7 @@ class StandInCommunicator final : public DeviceCommunicator {
   void recv_async(void* data, int64_t count, DType type, int peer, cudaStream_t stream) override;
   // A group of the same size and rank: emulation splits a plan's groups by their sizes itself.
   std::unique_ptr<DeviceCommunicator> split_device(int color, int key) override;
+  void synchronize(cudaStream_t stream, const char* what) override;
 
  private:
   int size_, rank_;

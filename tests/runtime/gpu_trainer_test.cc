@@ -69,6 +69,16 @@ TEST(GpuTrainer, MatchesTheCpuTrainerInFp32) {
   }
 }
 
+TEST(GpuTrainer, FullRecomputeMatchesTheCpuTrainer) {
+  if (!kernels::cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  const ModelSpec m = tiny("tiny-llama");
+  Plan p = plan(Precision::kFp32);
+  p.recompute = Recompute::kFull;
+  const std::vector<double> cpu = cpu_losses(m, p, 2), gpu = gpu_losses(m, p, 2);
+  ASSERT_EQ(gpu.size(), cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 1e-4 * cpu[i]) << "step " << i;
+}
+
 TEST(GpuTrainer, MixedPrecisionFollowsFp32) {
   if (!kernels::cuda::device_available()) GTEST_SKIP() << "no CUDA device";
   for (const char* name : {"tiny-gpt", "tiny-llama"})
@@ -91,6 +101,28 @@ TEST(GpuTrainer, EmulatesOneRankOfALargerPlan) {
   ASSERT_EQ(losses.size(), 2u);
   EXPECT_TRUE(std::isfinite(losses[0]));
   EXPECT_GT(losses[0], 0.0);
+}
+
+// DP 2 (the reduction overlaps the last backward on its own stream) and SP under TP 2, emulated:
+// every op of the step is recorded with a start and a duration, and the losses stay finite.
+TEST(GpuTrainer, EmulatedDataAndSequenceParallelStepsAreTimed) {
+  if (!kernels::cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  Plan p = plan(Precision::kBf16, 1);
+  p.tp = 2, p.dp = 2, p.sequence_parallel = true;
+  GpuTrainOptions o;
+  o.emulate_rank = 1;
+  std::unique_ptr<GpuTrainer> t = GpuTrainer::create(tiny("tiny-gpt"), p, nullptr, o).value();
+  for (int step = 0; step < 2; ++step) EXPECT_TRUE(std::isfinite(t->step(step).loss));
+  int backward = 0, dp = 0;
+  for (const OpRecord& r : t->last_step_ops()) {
+    EXPECT_GE(r.start_s, 0.0) << r.name();
+    EXPECT_GE(r.duration_s, 0.0) << r.name();
+    backward += r.kind == OpRecord::kBackward, dp += r.kind == OpRecord::kDpAllReduce;
+  }
+  EXPECT_EQ(backward, 2);  // 4 sequences over DP 2 in micro-batches of 1
+  EXPECT_EQ(dp, 1);
+  EXPECT_GT(t->dp_bytes(), 0);
+  EXPECT_GT(t->tp_bytes(), 0);
 }
 
 }  // namespace
