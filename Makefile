@@ -42,14 +42,16 @@ sanitize: deps
 	cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) -LE timing
 
 # The binaries tools/gpu_check.sh carries to a GPU machine that has neither MPI nor our
-# libraries: sm_90 only, no MPI, static cudart; libstdc++, libgcc_s and libbenchmark travel in
-# build-gpu/lib (cuBLAS and NCCL come from the machine's PyTorch packages).
+# libraries: sm_90 only, no MPI, static cudart; libbenchmark travels in build-gpu/lib, and this
+# machine's libstdc++ and libgcc_s in build-gpu/lib/cxx for a machine whose own are older (cuBLAS
+# and NCCL come from the machine's PyTorch packages).
 GPU_TARGETS = train simulate compare calibrate cuda_kernels_test cuda_runtime_test gpu_kernels_bench
 gpu-build: deps
 	@cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPARALLAX_MPI=OFF -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
 	@cmake --build build-gpu -j $(JOBS) --target $(GPU_TARGETS)
-	@mkdir -p build-gpu/lib && for l in libbenchmark.so.1debian libstdc++.so.6 libgcc_s.so.1; do \
+	@mkdir -p build-gpu/lib/cxx && for l in libbenchmark.so.1debian libstdc++.so.6 libgcc_s.so.1; do \
 	  cp -L $$(ldconfig -p | awk -v l=$$l '$$1 == l {print $$NF; exit}') build-gpu/lib/; done
+	@mv build-gpu/lib/libstdc++.so.6 build-gpu/lib/libgcc_s.so.1 build-gpu/lib/cxx/
 	@strip build-gpu/bin/* build-gpu/tests/cuda_*_test
 
 # The whole GPU check on this machine (without a GPU it is the dry run: the GPU steps skip or fail

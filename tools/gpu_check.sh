@@ -41,7 +41,13 @@ for f in bin/train bin/simulate bin/compare bin/calibrate tests/cuda_kernels_tes
   [[ -x "$B/$f" ]] || { echo "gpu_check: $B/$f is missing: run 'make gpu-build' first" >&2; exit 2; }
 done
 nvidia-smi -L >"$OUT/device.txt" 2>&1 || echo "no nvidia-smi" >"$OUT/device.txt"
-LD_LIBRARY_PATH="$libs" ldd "$B/bin/train" | grep "not found" >>"$LOG" && echo "gpu_check: unresolved libraries (see $LOG)" >&2
+# The build machine's libstdc++ only where this machine's own is too old for the binaries.
+if ! LD_LIBRARY_PATH="$libs" "$B/bin/gpu_kernels_bench" --help >/dev/null 2>>"$LOG"; then
+  libs="$libs:$PWD/$B/lib/cxx"
+  echo "== using the carried libstdc++ ($B/lib/cxx)" | tee -a "$LOG"
+fi
+LD_LIBRARY_PATH="$libs" ldd "$B/bin/train" "$B/bin/gpu_kernels_bench" | grep "not found" >>"$LOG" &&
+  echo "gpu_check: unresolved libraries (see $LOG)" >&2
 
 # 1. Correctness, then the ceilings and kernel speeds.
 run kernels_test 120 "$B/tests/cuda_kernels_test" --gtest_output=json:"$OUT/kernels_test.json"

@@ -81,9 +81,10 @@ void GpuModel<T>::layout() {
   }
 }
 
+// Shard sizes and the tensor layout: no device needed.
 template <class T>
-Result<std::unique_ptr<GpuModel<T>>> GpuModel<T>::create(const ModelSpec& m, const GpuModelOptions& o,
-                                                         cudaStream_t stream) {
+Result<std::unique_ptr<GpuModel<T>>> GpuModel<T>::configure(const ModelSpec& m, const GpuModelOptions& o,
+                                                            cudaStream_t stream) {
   const int64_t tp = o.tp;
   if (m.layers % o.pp != 0) return Error{"num_layers " + std::to_string(m.layers) + " is not divisible by pp"};
   std::unique_ptr<GpuModel> g(new GpuModel(m, o, stream));
@@ -99,10 +100,26 @@ Result<std::unique_ptr<GpuModel<T>>> GpuModel<T>::create(const ModelSpec& m, con
   g->stage_layers_ = m.layers / o.pp;
   g->first_layer_ = o.pp_rank * g->stage_layers_;
   g->layout();
-  g->master_ = DeviceArray<float>(g->count_);
-  g->grad_ = DeviceArray<float>(g->count_);
-  g->compute_ = DeviceArray<T>(g->count_);
-  if (Status s = g->initialize(); !s.ok()) return Error{s.error()};
+  return g;
+}
+
+template <class T>
+Result<std::vector<GpuTensor>> GpuModel<T>::tensor_layout(const ModelSpec& m, const GpuModelOptions& o) {
+  Result<std::unique_ptr<GpuModel>> g = configure(m, o, nullptr);
+  if (!g.ok()) return Error{g.error()};
+  return (*g)->tensors_;
+}
+
+template <class T>
+Result<std::unique_ptr<GpuModel<T>>> GpuModel<T>::create(const ModelSpec& m, const GpuModelOptions& o,
+                                                         cudaStream_t stream) {
+  Result<std::unique_ptr<GpuModel>> g = configure(m, o, stream);
+  if (!g.ok()) return g;
+  GpuModel& model = **g;
+  model.master_ = DeviceArray<float>(model.count_);
+  model.grad_ = DeviceArray<float>(model.count_);
+  model.compute_ = DeviceArray<T>(model.count_);
+  if (Status s = model.initialize(); !s.ok()) return Error{s.error()};
   return g;
 }
 

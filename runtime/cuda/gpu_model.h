@@ -51,6 +51,8 @@ class GpuModel {
   struct MicroBatch;  // what one micro-batch keeps between its forward and backward
 
   static Result<std::unique_ptr<GpuModel>> create(const ModelSpec& m, const GpuModelOptions& o, cudaStream_t stream);
+  // The parameter tensors create() would lay out, without a device (for tests and planning).
+  static Result<std::vector<GpuTensor>> tensor_layout(const ModelSpec& m, const GpuModelOptions& o);
   ~GpuModel();
 
   bool first_stage() const { return o_.pp_rank == 0; }
@@ -96,6 +98,7 @@ class GpuModel {
   struct Layer;
   struct Cache;
   GpuModel(const ModelSpec& m, const GpuModelOptions& o, cudaStream_t stream) : m_(m), o_(o), stream_(stream) {}
+  static Result<std::unique_ptr<GpuModel>> configure(const ModelSpec& m, const GpuModelOptions& o, cudaStream_t stream);
   void layout();
   void add(const std::string& name, int64_t size, bool replicated);
   Status initialize();

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cuda/common.h"
+#include "runtime/cuda/gpu_model.h"
 #include "runtime/cuda/gpu_trainer.h"
 #include "runtime/cuda/stand_in_communicator.h"
 #include "runtime/trainer.h"
@@ -45,6 +46,34 @@ std::vector<double> gpu_losses(const ModelSpec& m, const Plan& p, int steps, int
   std::vector<double> out;
   for (int s = 0; t.ok() && s < steps; ++s) out.push_back((*t)->step(s).loss);
   return out;
+}
+
+// The GPU model lays out exactly the CPU model's tensors (names, sizes, order) for every shard,
+// each at a 128-element boundary and none overlapping: exact initialization and the equivalence
+// tests rest on it. Needs no device.
+TEST(GpuModel, LayoutIsTheCpuModelsParameters) {
+  for (const char* name : {"tiny-gpt", "tiny-llama"})
+    for (int tp : {1, 2})
+      for (int pp : {1, 2})
+        for (int stage = 0; stage < pp; ++stage) {
+          const ModelSpec m = tiny(name);
+          GpuModelOptions o;
+          o.tp = tp, o.tp_rank = tp - 1, o.pp = pp, o.pp_rank = stage;
+          const std::vector<GpuTensor> gpu = GpuModel<float>::tensor_layout(m, o).value();
+          Transformer cpu = Transformer::create(m, tp, tp - 1, 1234, pp, stage, 1).value();
+          const std::vector<Param*> params = cpu.params();
+          ASSERT_EQ(gpu.size(), params.size()) << name << " tp " << tp << " pp " << pp << " stage " << stage;
+          int64_t end = 0;
+          for (size_t i = 0; i < gpu.size(); ++i) {
+            EXPECT_EQ(gpu[i].name, params[i]->name);
+            EXPECT_EQ(gpu[i].size, params[i]->size) << gpu[i].name;
+            EXPECT_EQ(gpu[i].tp_replicated, params[i]->tp_replicated) << gpu[i].name;
+            EXPECT_EQ(gpu[i].sp_partial, params[i]->sp_partial) << gpu[i].name;
+            EXPECT_EQ(gpu[i].offset % 128, 0) << gpu[i].name;
+            EXPECT_GE(gpu[i].offset, end) << gpu[i].name;
+            end = gpu[i].offset + gpu[i].size;
+          }
+        }
 }
 
 TEST(GpuTrainer, RefusesWhatItCannotExecute) {
