@@ -4,7 +4,7 @@
 #      the runtime's kernels (Google Benchmark);
 #   2. a 1.3B GPT trained on one GPU (bf16, sequence 2048): tokens/s and MFU;
 #   3. calibrate the GPU into a cluster file, simulate the same plan with it, compare;
-#   4. rank emulation: stage 0 and stage 3 of Llama-2-13B under TP 8 x PP 4, stand-in collectives,
+#   4. rank emulation: stage 0 and stage 3 of Llama-2-13B under TP 8 x PP 4 x DP 2 (ZeRO-1), stand-in collectives,
 #      against the simulator's compute-only prediction for those stages.
 # Uses the binaries `make gpu-build` leaves in build-gpu/ (carry build-gpu/bin, build-gpu/tests and
 # build-gpu/lib); cuBLAS and NCCL come from PyTorch's Python packages when the system has none.
@@ -71,16 +71,17 @@ run simulate_1.3b 60 "$B/bin/simulate" --model gpt-1.3b --cluster "$cluster" --p
   --format json --trace "$OUT/predicted-1.3b.json"
 run compare_1.3b 60 "$B/bin/compare" --predicted "$OUT/predicted-1.3b.json" --measured "$OUT/measured-1.3b.json" --format json
 
-# 4. Rank emulation of Llama-2-13B, TP 8 x PP 4 (32 GPUs), 16 micro-batches of 1 x 4096, 1F1B:
-#    ranks 0 (stage 0: embedding) and 24 (stage 3: output layer and loss). The prediction is the
-#    simulator's with collectives made free, so both sides are the compute of the stage.
+# 4. Rank emulation of Llama-2-13B, TP 8 x PP 4 x DP 2 (64 GPUs), ZeRO-1, 16 micro-batches of
+#    1 x 4096 per DP rank, 1F1B: ranks 0 (stage 0: embedding) and 48 (stage 3: output layer and
+#    loss). The prediction is the simulator's with collectives made free, so both sides are the
+#    compute of the stage.
 cat >"$OUT/plan-13b.json" <<'EOF'
-{"tp": 8, "pp": 4, "dp": 1, "zero": 0, "micro_batch": 1, "global_batch": 16, "seq_len": 4096,
+{"tp": 8, "pp": 4, "dp": 2, "zero": 1, "micro_batch": 1, "global_batch": 32, "seq_len": 4096,
  "schedule": "1f1b", "recompute": "none", "sequence_parallel": false, "precision": "bf16",
  "execution": {"attention": "flash", "fp32_gradients": true}}
 EOF
 python3 tools/gpu_summary.py free-comm-cluster "$cluster" "$OUT/free-comm.json" >>"$LOG" 2>&1
-for rank in 0 24; do
+for rank in 0 48; do
   run "emulate_13b_r$rank" 120 "$B/bin/train" --device cuda --emulate-rank "$rank" --plan "$OUT/plan-13b.json" --model 13b \
     --steps 3 --init fast --format json --trace "$OUT/emulated-13b-r$rank.json"
 done

@@ -124,9 +124,9 @@ def training_section(out):
 def emulation_section(out):
     sim = last_json_line(os.path.join(out, "simulate_13b.txt"))
     predicted = load_json(os.path.join(out, "predicted-13b.json"))
-    lines = ["## Rank emulation: Llama-2-13B, TP 8 x PP 4, 16 micro-batches of 1 x 4096", "",
+    lines = ["## Rank emulation: Llama-2-13B, TP 8 x PP 4 x DP 2, ZeRO-1, 16 micro-batches of 1 x 4096", "",
              "| rank (stage) | op | predicted ms | measured ms | error |", "|---|---|---:|---:|---:|"]
-    for rank, stage in ((0, 0), (24, 3)):
+    for rank, stage in ((0, 0), (48, 3)):
         t = last_json_line(os.path.join(out, "emulate_13b_r%d.txt" % rank))
         measured = load_json(os.path.join(out, "emulated-13b-r%d.json" % rank))
         if t is None or measured is None:

@@ -2,6 +2,7 @@
 // forward / backward of a stage (the layers themselves are in gpu_layer.cc).
 #include "runtime/cuda/gpu_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda/cast.h"
@@ -100,6 +101,8 @@ Result<std::unique_ptr<GpuModel<T>>> GpuModel<T>::configure(const ModelSpec& m, 
   g->stage_layers_ = m.layers / o.pp;
   g->first_layer_ = o.pp_rank * g->stage_layers_;
   g->layout();
+  const int64_t multiple = 128 * static_cast<int64_t>(std::max(1, o.shards));
+  g->count_ = (g->count_ + multiple - 1) / multiple * multiple;
   return g;
 }
 

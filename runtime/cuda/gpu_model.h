@@ -43,6 +43,9 @@ struct GpuModelOptions {
   bool exact_init = true;
   Recompute recompute = Recompute::kNone;
   bool sequence_parallel = false;
+  // The flat arrays are padded to a multiple of 128 x shards elements, so ZeRO can cut them into
+  // `shards` equal, aligned pieces.
+  int shards = 1;
 };
 
 template <class T>
@@ -66,7 +69,9 @@ class GpuModel {
   // Flat parameter storage, in the order of tensors().
   const std::vector<GpuTensor>& tensors() const { return tensors_; }
   int64_t param_count() const { return count_; }
-  float* master() { return master_.data(); }
+  float* master() { return master_.data(); }  // null after release_master()
+  // ZeRO: the optimizer keeps only its shard of the fp32 masters; the full copy goes.
+  void release_master() { master_.reset(); }
   T* weights() { return compute_.data(); }
   float* grads() { return grad_.data(); }
   // The gradient range of each layer of this stage (index = layer within the stage) and of the

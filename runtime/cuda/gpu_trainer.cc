@@ -1,5 +1,6 @@
 #include "runtime/cuda/gpu_trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -18,7 +19,7 @@ namespace cu = kernels::cuda;
 Status check_gpu_support(const Plan& p, bool emulating) {
   auto no = [](const std::string& what) { return Error{"the GPU runtime does not execute " + what + " yet"}; };
   if (p.offload) return no("offload");
-  if (p.zero > 0) return no("ZeRO-" + std::to_string(p.zero) + " (ZeRO 0 only; the CPU runtime executes 1-3)");
+  if (p.zero > 1) return no("ZeRO-" + std::to_string(p.zero) + " (ZeRO 0 and 1; the CPU runtime executes 2 and 3)");
   if (p.virtual_stages > 1) return no("interleaved schedules (one model chunk per stage)");
   if (p.pp > 1 && !emulating) return no("pipeline parallelism across GPUs (--emulate-rank R runs one stage of it)");
   return Status::Ok();
@@ -52,7 +53,9 @@ class GpuTrainerImpl final : public GpuTrainer {
   void fill_tokens(int64_t step_index);
   void run_schedule(float dloss);
   void reduce_bucket(const typename GpuModel<T>::Range& r);
+  void init_optimizer();
   void finish_gradients(int64_t step_index);
+  void update(float grad_scale);
   double gradient_norm();
   // Records the start of an op on `stream` and returns its index, for close() to record its end.
   size_t mark(OpRecord::Kind kind, int mb, cudaStream_t stream);
@@ -70,7 +73,9 @@ class GpuTrainerImpl final : public GpuTrainer {
   std::vector<cudaEvent_t> layer_events_;
   std::unique_ptr<GpuModel<T>> model_;
   std::unique_ptr<DeviceCommunicator> tp_, dp_, pp_, embedding_;
-  DeviceArray<float> adam_m_, adam_v_, scalar_;
+  // ZeRO-1: this DP rank's shard [offset, offset + size) of the flat arrays, its fp32 masters.
+  typename GpuModel<T>::Range shard_;
+  DeviceArray<float> master_shard_, adam_m_, adam_v_, scalar_;
   DeviceArray<double> sumsq_;
   DeviceArray<int> tokens_, targets_;
   DeviceArray<T> stage_in_, stage_out_;
@@ -120,7 +125,7 @@ Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
   cu::check(cudaEventCreateWithFlags(&dp_done_, cudaEventDisableTiming), "event");
   cu::check(cudaEventCreateWithFlags(&head_ready_, cudaEventDisableTiming), "event");
   GpuModelOptions mo{tp, coords_.tp, pp, coords_.pp, options_.train.seed, options_.exact_init, plan_.recompute,
-                     plan_.sequence_parallel};
+                     plan_.sequence_parallel, plan_.zero == 1 ? dp : 1};
   Result<std::unique_ptr<GpuModel<T>>> model = GpuModel<T>::create(m_, mo, compute_);
   if (!model.ok()) return Error{model.error()};
   model_ = std::move(model).value();
@@ -129,11 +134,7 @@ Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
     cu::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
     layer_events_.push_back(e);
   }
-  const int64_t count = model_->param_count();
-  adam_m_ = DeviceArray<float>(count), adam_v_ = DeviceArray<float>(count), scalar_ = DeviceArray<float>(1);
-  sumsq_ = DeviceArray<double>(static_cast<int64_t>(model_->tensors().size()));
-  cu::check(cudaMemsetAsync(adam_m_.data(), 0, count * sizeof(float), compute_), "zero moments");
-  cu::check(cudaMemsetAsync(adam_v_.data(), 0, count * sizeof(float), compute_), "zero moments");
+  init_optimizer();
   const int64_t tokens = plan_.micro_batches() * plan_.micro_batch * plan_.seq_len;
   tokens_ = DeviceArray<int>(tokens), targets_ = DeviceArray<int>(tokens);
   // Emulated neighbours: a fixed, non-zero boundary activation and gradient.
@@ -144,6 +145,26 @@ Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
   if (plan_.precision == Precision::kFp16) scaler_.scale = LossScaler::kInitial;
   cu::check(cudaStreamSynchronize(compute_), "trainer setup");
   return Status::Ok();
+}
+
+// AdamW moments (and for ZeRO-1 the fp32 masters) for the whole model or this rank's shard.
+template <class T>
+void GpuTrainerImpl<T>::init_optimizer() {
+  const int64_t count = model_->param_count();
+  shard_ = {0, count};
+  if (plan_.zero == 1) {
+    shard_.size = count / plan_.dp;  // the model padded the arrays to a multiple of 128 dp
+    shard_.offset = coords_.dp * shard_.size;
+    master_shard_ = DeviceArray<float>(shard_.size);
+    cu::check(cudaMemcpyAsync(master_shard_.data(), model_->master() + shard_.offset, shard_.size * sizeof(float),
+                              cudaMemcpyDeviceToDevice, compute_), "master shard");
+    cu::check(cudaStreamSynchronize(compute_), "master shard");
+    model_->release_master();
+  }
+  adam_m_ = DeviceArray<float>(shard_.size), adam_v_ = DeviceArray<float>(shard_.size), scalar_ = DeviceArray<float>(1);
+  sumsq_ = DeviceArray<double>(static_cast<int64_t>(model_->tensors().size()));
+  cu::check(cudaMemsetAsync(adam_m_.data(), 0, shard_.size * sizeof(float), compute_), "zero moments");
+  cu::check(cudaMemsetAsync(adam_v_.data(), 0, shard_.size * sizeof(float), compute_), "zero moments");
 }
 
 // The CPU trainer's batches (Trainer::fill_batch): all micro-batches of this DP rank, one upload.
@@ -225,7 +246,7 @@ void GpuTrainerImpl<T>::run_schedule(float dloss) {
     } else if (op.kind == OpKind::kBackward) {
       if (!last) pp_->recv_async(stage_in_.data(), boundary, type, coords_.pp + 1, compute_);
       const size_t bw = mark(OpRecord::kBackward, mb, compute_);
-      const bool dp = plan_.dp > 1 && i == last_backward;
+      const bool dp = plan_.dp > 1 && plan_.zero == 0 && i == last_backward;
       model_->backward(*states[mb], stage_in_.data(), stage_out_.data(), b, s, *tp_,
                        dp ? std::function<void(int)>(layer_done) : std::function<void(int)>());
       close(bw, compute_);
@@ -247,7 +268,12 @@ void GpuTrainerImpl<T>::finish_gradients(int64_t step_index) {
   if (plan_.dp > 1) {
     cu::check(cudaEventRecord(head_ready_, compute_), "event");
     cu::check(cudaStreamWaitEvent(dp_stream_, head_ready_), "wait");
-    reduce_bucket(model_->head_range());  // embedding and head: complete only after the last op
+    if (plan_.zero == 0) {
+      reduce_bucket(model_->head_range());  // embedding and head: complete only after the last op
+    } else {  // ZeRO-1: one reduce-scatter, in place, leaves this rank its shard's sums
+      dp_op_ = mark(OpRecord::kDpReduceScatter, -1, dp_stream_);
+      dp_->reduce_scatter_async(model_->grads() + shard_.offset, model_->grads(), shard_.size, DType::kF32, dp_stream_);
+    }
     close(dp_op_, dp_stream_);
     cu::check(cudaEventRecord(dp_done_, dp_stream_), "event");
     cu::check(cudaStreamWaitEvent(compute_, dp_done_), "wait");
@@ -268,8 +294,12 @@ template <class T>
 double GpuTrainerImpl<T>::gradient_norm() {
   const std::vector<GpuTensor>& tensors = model_->tensors();
   cu::set_stream(compute_);
-  for (size_t i = 0; i < tensors.size(); ++i)
-    cu::sum_squares(sumsq_.data() + i, model_->grads() + tensors[i].offset, tensors[i].size);
+  // Each tensor's part inside this rank's shard (all of it without ZeRO).
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const int64_t begin = std::max(tensors[i].offset, shard_.offset);
+    const int64_t end = std::min(tensors[i].offset + tensors[i].size, shard_.offset + shard_.size);
+    cu::sum_squares(sumsq_.data() + i, model_->grads() + begin, std::max<int64_t>(0, end - begin));
+  }
   std::vector<double> parts(tensors.size());
   cu::check(cudaMemcpyAsync(parts.data(), sumsq_.data(), parts.size() * sizeof(double), cudaMemcpyDeviceToHost, compute_),
             "gradient norm");
@@ -281,6 +311,7 @@ double GpuTrainerImpl<T>::gradient_norm() {
   cu::check(cudaMemcpy(scalar_.data(), &sumsq, sizeof sumsq, cudaMemcpyHostToDevice), "gradient norm");
   tp_->all_reduce(scalar_.data(), 1, ReduceOp::kSum);
   pp_->all_reduce(scalar_.data(), 1, ReduceOp::kSum);
+  if (plan_.zero == 1) dp_->all_reduce(scalar_.data(), 1, ReduceOp::kSum);
   cu::check(cudaMemcpy(&sumsq, scalar_.data(), sizeof sumsq, cudaMemcpyDeviceToHost), "gradient norm");
   return std::sqrt(static_cast<double>(sumsq));
 }
@@ -331,13 +362,24 @@ StepStats GpuTrainerImpl<T>::step(int64_t step_index) {
     const double clip_norm = options_.train.clip_norm;
     const float clip = stats.grad_norm > clip_norm ? static_cast<float>(clip_norm / (stats.grad_norm + 1e-6)) : 1.0f;
     ++updates_;
-    cu::set_stream(compute_);
-    cu::adamw_update(model_->master(), model_->weights(), model_->grads(), adam_m_.data(), adam_v_.data(), count,
-                     options_.train.adam, static_cast<int>(updates_), clip / used_scale);
+    update(clip / used_scale);
   }
   close(optimizer, compute_);
   resolve_records();
   return stats;
+}
+
+// AdamW over this rank's shard, writing its 16-bit weights; ZeRO-1 then gathers every rank's
+// updated weights over DP (in place) before the next forward.
+template <class T>
+void GpuTrainerImpl<T>::update(float grad_scale) {
+  const int64_t at = shard_.offset, n = shard_.size;
+  float* master = plan_.zero == 1 ? master_shard_.data() : model_->master();
+  cu::set_stream(compute_);
+  cu::adamw_update(master, model_->weights() + at, model_->grads() + at, adam_m_.data(), adam_v_.data(), n,
+                   options_.train.adam, static_cast<int>(updates_), grad_scale);
+  if (plan_.zero == 1 && plan_.dp > 1)
+    dp_->all_gather_async(model_->weights(), model_->weights() + at, n, model_->dtype(), compute_);
 }
 
 template <class T>

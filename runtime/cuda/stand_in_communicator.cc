@@ -24,10 +24,12 @@ void StandInCommunicator::reduce_scatter_async(void* out, const void* in, int64_
 }
 
 // Every slot gets this rank's block: the peers' blocks would be as real, and a slot left as the
-// allocator last had it could hold NaNs.
+// allocator last had it could hold NaNs. In place (ZeRO's weight gather), the other slots already
+// hold real values (the previous step's) and stay.
 void StandInCommunicator::all_gather_async(void* out, const void* in, int64_t count, DType type, cudaStream_t stream) {
   const int64_t bytes = count * dtype_bytes(type);
-  for (int r = 0; r < size_; ++r) copy_async(static_cast<char*>(out) + r * bytes, in, bytes, stream);
+  const bool in_place = static_cast<char*>(out) + rank_ * bytes == in;
+  for (int r = 0; r < size_ && !in_place; ++r) copy_async(static_cast<char*>(out) + r * bytes, in, bytes, stream);
   count_bytes(static_cast<double>(size_ - 1) * static_cast<double>(bytes));
 }
 
