@@ -11,6 +11,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/reduce.h"
+#include "runtime/checkpoint.h"
 #include "runtime/cuda/gpu_model_cache.h"
 #include "runtime/transformer.h"
 
@@ -157,7 +158,9 @@ Status GpuModel<T>::initialize() {
     for (size_t i = 0; i < tensors_.size(); ++i) {
       const GpuTensor& t = tensors_[i];
       const bool vector = t.name.find("ln") != std::string::npos || t.name.back() == 'b';
-      if (!vector) cu::fill_uniform(master_.data() + t.offset, t.size, o_.seed * 1000003 + i, bound);
+      // Keyed by name, so the last stage's copy of a tied embedding starts equal to the embedding.
+      const std::string key = t.name == "wte.copy" ? "wte" : t.name;
+      if (!vector) cu::fill_uniform(master_.data() + t.offset, t.size, o_.seed ^ fnv1a64(key), bound);
     }
   }
   refresh_weights();

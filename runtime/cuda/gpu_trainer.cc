@@ -16,12 +16,11 @@ namespace parallax {
 
 namespace cu = kernels::cuda;
 
-Status check_gpu_support(const Plan& p, bool emulating) {
+Status check_gpu_support(const Plan& p) {
   auto no = [](const std::string& what) { return Error{"the GPU runtime does not execute " + what + " yet"}; };
   if (p.offload) return no("offload");
   if (p.zero > 1) return no("ZeRO-" + std::to_string(p.zero) + " (ZeRO 0 and 1; the CPU runtime executes 2 and 3)");
   if (p.virtual_stages > 1) return no("interleaved schedules (one model chunk per stage)");
-  if (p.pp > 1 && !emulating) return no("pipeline parallelism across GPUs (--emulate-rank R runs one stage of it)");
   return Status::Ok();
 }
 
@@ -117,7 +116,10 @@ Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
     tp_ = world->split_device(rank / tp, coords_.tp);
     dp_ = world->split_device(coords_.pp * tp + coords_.tp, coords_.dp);
     pp_ = world->split_device(coords_.dp * tp + coords_.tp, coords_.pp);
-    embedding_ = std::make_unique<StandInCommunicator>(1, 0);  // pp = 1: the embedding is not split
+    // Tied embeddings on several stages: the first and last stage sum their copies' gradients;
+    // every other rank sits alone in a group of its own (as the CPU trainer splits it).
+    const bool ends = coords_.pp == 0 || coords_.pp == pp - 1;
+    embedding_ = world->split_device(ends ? coords_.dp * tp + coords_.tp : dp * tp + rank, coords_.pp);
   }
   cu::check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "compute stream");
   cu::check(cudaStreamCreateWithFlags(&dp_stream_, cudaStreamNonBlocking), "dp stream");
@@ -213,8 +215,11 @@ void GpuTrainerImpl<T>::reduce_bucket(const typename GpuModel<T>::Range& r) {
   dp_->all_reduce_async(model_->grads() + r.offset, r.size, DType::kF32, ReduceOp::kSum, dp_stream_);
 }
 
-// This stage's ops of the schedule. The last backward starts each layer's DP bucket as soon as
-// that layer is done; pipeline neighbours are stand-ins (emulation) that count the bytes.
+// This stage's ops of the schedule. At each op boundary one group sends the previous op's output
+// and receives this op's input (Megatron's batched send/recv pairs), so neighbours that send to
+// each other never deadlock; the compute stream waits for it (Megatron's blocking p2p, the
+// simulator's overlap_p2p = false). The last backward starts each layer's DP bucket as soon as
+// that layer is done. Under emulation the neighbours are stand-ins that count the bytes.
 template <class T>
 void GpuTrainerImpl<T>::run_schedule(float dloss) {
   const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len);
@@ -231,29 +236,41 @@ void GpuTrainerImpl<T>::run_schedule(float dloss) {
     cu::check(cudaStreamWaitEvent(dp_stream_, layer_events_[l]), "wait");
     reduce_bucket(model_->layer_ranges()[l]);
   };
+  int pending = -1;  // the peer the previous op's output still goes to
+  auto exchange = [&](int from, int mb) {
+    if (pending < 0 && from < 0) return;
+    const size_t r = from >= 0 ? mark(OpRecord::kRecv, mb, compute_) : 0;
+    pp_->group_start();
+    if (pending >= 0) pp_->send_async(stage_out_.data(), boundary, type, pending, compute_);
+    if (from >= 0) pp_->recv_async(stage_in_.data(), boundary, type, from, compute_);
+    pp_->group_end();
+    if (from >= 0) close(r, compute_);
+    pending = -1;
+  };
   for (size_t i = 0; i < ops.size(); ++i) {
     const PipelineOp& op = ops[i];
     const int mb = op.micro_batch;
     const int64_t offset = static_cast<int64_t>(mb) * b * s;
     if (op.kind == OpKind::kForward) {
       states[mb] = model_->new_micro_batch();
-      if (!first) pp_->recv_async(stage_in_.data(), boundary, type, coords_.pp - 1, compute_);
+      exchange(first ? -1 : coords_.pp - 1, mb);
       const size_t f = mark(OpRecord::kForward, mb, compute_);
       model_->forward(*states[mb], tokens_.data() + offset, targets_.data() + offset, stage_in_.data(),
                       stage_out_.data(), b, s, dloss, *tp_, scalar_.data());
       close(f, compute_);
-      if (!last) pp_->send_async(stage_out_.data(), boundary, type, coords_.pp + 1, compute_);
+      if (!last) pending = coords_.pp + 1;
     } else if (op.kind == OpKind::kBackward) {
-      if (!last) pp_->recv_async(stage_in_.data(), boundary, type, coords_.pp + 1, compute_);
+      exchange(last ? -1 : coords_.pp + 1, mb);
       const size_t bw = mark(OpRecord::kBackward, mb, compute_);
       const bool dp = plan_.dp > 1 && plan_.zero == 0 && i == last_backward;
       model_->backward(*states[mb], stage_in_.data(), stage_out_.data(), b, s, *tp_,
                        dp ? std::function<void(int)>(layer_done) : std::function<void(int)>());
       close(bw, compute_);
       states[mb].reset();
-      if (!first) pp_->send_async(stage_out_.data(), boundary, type, coords_.pp - 1, compute_);
+      if (!first) pending = coords_.pp - 1;
     }  // W: B computed the weight gradients too (as in the CPU runtime)
   }
+  exchange(-1, -1);
 }
 
 template <class T>
@@ -344,8 +361,9 @@ StepStats GpuTrainerImpl<T>::step(int64_t step_index) {
   float loss = 0;
   cu::check(cudaMemcpyAsync(&loss, scalar_.data(), sizeof loss, cudaMemcpyDeviceToHost, compute_), "loss");
   sync(*tp_, compute_, "loss");
-  if (options_.emulate_rank < 0) {  // real ranks: pp = 1, the loss is summed over DP
+  if (options_.emulate_rank < 0) {  // real ranks: the last stage's loss, summed over DP
     cu::check(cudaMemcpy(scalar_.data(), &loss, sizeof loss, cudaMemcpyHostToDevice), "loss");
+    pp_->all_reduce(scalar_.data(), 1, ReduceOp::kSum);
     dp_->all_reduce(scalar_.data(), 1, ReduceOp::kSum);
     cu::check(cudaMemcpy(&loss, scalar_.data(), sizeof loss, cudaMemcpyDeviceToHost), "loss");
   }
@@ -395,7 +413,7 @@ Result<std::unique_ptr<GpuTrainer>> make(const ModelSpec& m, const Plan& plan, D
 Result<std::unique_ptr<GpuTrainer>> GpuTrainer::create(const ModelSpec& m, const Plan& plan, DeviceCommunicator* world,
                                                        const GpuTrainOptions& o) {
   const bool emulate = o.emulate_rank >= 0;
-  if (Status s = check_gpu_support(plan, emulate); !s.ok()) return Error{s.error()};
+  if (Status s = check_gpu_support(plan); !s.ok()) return Error{s.error()};
   if (emulate && o.emulate_rank >= plan.gpus())
     return Error{"--emulate-rank " + std::to_string(o.emulate_rank) + " is outside the plan's " +
                  std::to_string(plan.gpus()) + " ranks"};

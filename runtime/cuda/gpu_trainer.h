@@ -8,9 +8,10 @@
 // overlap_grad_reduce assumes). Per-op times come from CUDA events; memory from the caching
 // DeviceAllocator's high-water mark.
 //
-// Real ranks: TP and DP over NCCL (pp = 1), ZeRO 0 or 1 (one reduce-scatter of the gradients
-// after the backward, AdamW on this rank's shard of the fp32 masters and moments, an all-gather of
-// the 16-bit weights). Rank emulation (`emulate_rank` >= 0): one GPU
+// Real ranks: TP, PP (one model chunk per stage, every schedule's op order, a grouped NCCL
+// send/recv pair at each op boundary) and DP over NCCL, ZeRO 0 or 1 (one reduce-scatter of the
+// gradients after the backward, AdamW on this rank's shard of the fp32 masters and moments, an
+// all-gather of the 16-bit weights). Rank emulation (`emulate_rank` >= 0): one GPU
 // runs rank R's share of any plan — its stage of the pipeline with the schedule's op order, its TP
 // shard, its micro-batches — with stand-in collectives (runtime/cuda/stand_in_communicator.h),
 // so per-rank compute time and memory of plans far larger than one GPU can be measured. Other
@@ -34,7 +35,7 @@ struct GpuTrainOptions {
 };
 
 // The settings of `plan` the GPU runtime can execute, or an error naming the first one it cannot.
-Status check_gpu_support(const Plan& plan, bool emulating);
+Status check_gpu_support(const Plan& plan);
 
 class GpuTrainer {
  public:

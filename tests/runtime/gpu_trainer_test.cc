@@ -79,14 +79,13 @@ TEST(GpuModel, LayoutIsTheCpuModelsParameters) {
 TEST(GpuTrainer, RefusesWhatItCannotExecute) {
   Plan p = plan(Precision::kBf16);
   p.zero = 2;
-  EXPECT_NE(check_gpu_support(p, false).error().find("ZeRO-2"), std::string::npos);
-  p.zero = 1;
-  EXPECT_TRUE(check_gpu_support(p, false).ok());
-  p.zero = 0, p.pp = 2;
-  EXPECT_NE(check_gpu_support(p, false).error().find("pipeline"), std::string::npos);
-  EXPECT_TRUE(check_gpu_support(p, true).ok());  // one stage of it can be emulated
-  p.virtual_stages = 2;
-  EXPECT_FALSE(check_gpu_support(p, true).ok());
+  EXPECT_NE(check_gpu_support(p).error().find("ZeRO-2"), std::string::npos);
+  p.zero = 1, p.pp = 2;
+  EXPECT_TRUE(check_gpu_support(p).ok());
+  p.schedule = Schedule::kInterleaved, p.virtual_stages = 2;
+  EXPECT_NE(check_gpu_support(p).error().find("interleaved"), std::string::npos);
+  p.schedule = Schedule::k1F1B, p.virtual_stages = 1, p.offload = true;
+  EXPECT_NE(check_gpu_support(p).error().find("offload"), std::string::npos);
 }
 
 TEST(GpuTrainer, MatchesTheCpuTrainerInFp32) {
