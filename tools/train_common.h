@@ -2,6 +2,8 @@
 // in train_gpu.cc): the parsed options and the trace of a measured step in the simulator's format.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,9 +26,15 @@ struct TrainFlags {
   double lr = 1e-3;
 };
 
-double median(std::vector<double> v);
 // The median step time after the first (warm-up) step.
 double steady_step_time(const std::vector<double>& times);
+
+// What a run of steps produced.
+struct RunLog {
+  std::vector<double> losses, times;
+  std::vector<int64_t> skipped;
+  double loss_scale = 1;
+};
 
 // One measured op and the pipeline stage (trace process) it ran on.
 struct StageOp {
@@ -36,6 +44,18 @@ struct StageOp {
 
 // The Chrome trace of a measured step: one process per pipeline stage, the simulator's tracks and
 // event names, and metadata with the plan, model and measured totals.
+// Collectives over host floats on whichever world the run has (MPI directly; NCCL through device
+// staging), so the CPU and GPU paths share the gathering below.
+struct HostCollectives {
+  std::function<void(float* data, int64_t n)> all_reduce_max;
+  std::function<void(float* out, const float* in, int64_t n)> all_gather;
+};
+
+// The last step's ops of every stage's representative rank (TP 0, DP 0), on world rank 0 (empty
+// elsewhere). Every rank must call it.
+std::vector<StageOp> gather_stage_ops(const Plan& plan, const RankCoords& me, int world_rank, int world_size,
+                                      const std::vector<OpRecord>& ops, const HostCollectives& c);
+
 nlohmann::json measured_trace(const Plan& plan, const ModelSpec& m, const std::vector<StageOp>& ops,
                               const nlohmann::json& metadata);
 

@@ -2,8 +2,10 @@
 // LOCAL_RANK on one node without MPI), NCCL bootstrapped over MPI or a rendezvous file; or, with
 // --emulate-rank R, one GPU running rank R's share of any plan with stand-in collectives. Prints
 // what the CPU path prints, plus the device, model FLOPs and MFU when --peak-tflops is given.
+#include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <memory>
 
 #include "models/layer_cost.h"
 #include "simulator/trace.h"
@@ -31,12 +33,6 @@ int run_gpu_training(const TrainFlags&, const ModelSpec&, const Plan&, const Tra
 
 namespace {
 
-struct GpuRun {
-  std::vector<double> losses, times;
-  std::vector<int64_t> skipped;
-  double loss_scale = 1;
-};
-
 std::string device_name() {
   int device = 0;
   cudaDeviceProp prop{};
@@ -44,23 +40,54 @@ std::string device_name() {
   return prop.name;
 }
 
-void report(const TrainFlags& o, const Plan& plan, const ModelSpec& m, GpuTrainer& t, const GpuRun& run) {
+// Host collectives over the NCCL world (device staging), or trivial ones for one process.
+HostCollectives collectives(NcclCommunicator* world) {
+  if (!world) return {[](float*, int64_t) {}, [](float* out, const float* in, int64_t n) { std::copy(in, in + n, out); }};
+  auto stage = [](int64_t n) { return std::make_shared<DeviceArray<float>>(std::max<int64_t>(n, 1)); };
+  auto up = [](float* dst, const float* src, int64_t n) {
+    kernels::cuda::check(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice), "upload");
+  };
+  auto down = [](float* dst, const float* src, int64_t n) {
+    kernels::cuda::check(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost), "download");
+  };
+  return {[=](float* x, int64_t n) {
+            auto d = stage(n);
+            up(d->data(), x, n), world->all_reduce(d->data(), n, ReduceOp::kMax), down(x, d->data(), n);
+          },
+          [=](float* out, const float* in, int64_t n) {
+            auto din = stage(n), dout = stage(n * world->size());
+            up(din->data(), in, n), world->all_gather(dout->data(), din->data(), n);
+            down(out, dout->data(), n * world->size());
+          }};
+}
+
+// Rank 0 prints; peak memory and bytes are the largest over ranks, as on CPUs.
+void report(const TrainFlags& o, const Plan& plan, const ModelSpec& m, GpuTrainer& t, const RunLog& run,
+            const HostCollectives& c, bool root) {
+  float worst[4] = {static_cast<float>(t.peak_memory_bytes() / 1024), static_cast<float>(t.tp_bytes()),
+                    static_cast<float>(t.pp_bytes()), static_cast<float>(t.dp_bytes())};
+  c.all_reduce_max(worst, 4);
+  if (!root) return;
   const double step_s = steady_step_time(run.times);
-  const double flops = model_flops_per_step(m, plan.seq_len, plan.global_batch);
-  const double tflops_per_gpu = flops / (step_s * static_cast<double>(plan.gpus())) / 1e12;
+  const int64_t peak = static_cast<int64_t>(worst[0]) * 1024;
   nlohmann::json j = {{"losses", run.losses},
                       {"step_time_s", step_s},
                       {"tokens_per_s", static_cast<double>(plan.global_batch * plan.seq_len) / step_s},
-                      {"peak_memory_bytes", t.peak_memory_bytes()},
-                      {"comm_bytes", {{"tp", t.tp_bytes()}, {"pp", t.pp_bytes()}, {"dp", t.dp_bytes()}}},
+                      {"peak_memory_bytes", peak},
+                      {"comm_bytes", {{"tp", worst[1]}, {"pp", worst[2]}, {"dp", worst[3]}}},
                       {"ranks", plan.gpus()},
                       {"skipped_steps", run.skipped},
                       {"loss_scale", run.loss_scale},
-                      {"device", device_name()},
-                      {"model_flops_per_step", flops},
-                      {"model_tflops_per_gpu", tflops_per_gpu}};
-  if (o.emulate_rank >= 0) j["emulated_rank"] = o.emulate_rank, j["emulated_stage"] = t.coords().pp;
-  if (o.peak_tflops > 0) j["mfu"] = tflops_per_gpu / o.peak_tflops;
+                      {"device", device_name()}};
+  // One emulated rank's step has no bubbles and no communication: no whole-plan MFU from it.
+  const double flops = model_flops_per_step(m, plan.seq_len, plan.global_batch);
+  const double tflops_per_gpu = flops / (step_s * static_cast<double>(plan.gpus())) / 1e12;
+  if (o.emulate_rank >= 0) {
+    j["emulated_rank"] = o.emulate_rank, j["emulated_stage"] = t.coords().pp;
+  } else {
+    j["model_flops_per_step"] = flops, j["model_tflops_per_gpu"] = tflops_per_gpu;
+    if (o.peak_tflops > 0) j["mfu"] = tflops_per_gpu / o.peak_tflops;
+  }
   if (o.format == "json") {
     std::cout << j.dump() << "\n";
     return;
@@ -68,14 +95,21 @@ void report(const TrainFlags& o, const Plan& plan, const ModelSpec& m, GpuTraine
   for (size_t i = 0; i < run.losses.size(); ++i)
     std::cout << "step " << i + 1 << "  loss " << cli::fixed(run.losses[i], 6) << "\n";
   std::cout << "median step " << cli::fixed(step_s, 4) << " s, " << cli::fixed(j["tokens_per_s"].get<double>(), 0)
-            << " tokens/s, " << cli::fixed(tflops_per_gpu, 1) << " model TFLOP/s per GPU, peak memory "
-            << cli::fixed(static_cast<double>(t.peak_memory_bytes()) / (1 << 30), 2) << " GiB on " << device_name()
+            << " tokens/s, " << (o.emulate_rank >= 0 ? "" : cli::fixed(tflops_per_gpu, 1) + " model TFLOP/s per GPU, ")
+            << "peak memory " << cli::fixed(static_cast<double>(peak) / (1 << 30), 2) << " GiB on " << device_name()
             << "\n";
 }
 
-void write_gpu_trace(const TrainFlags& o, const Plan& plan, const ModelSpec& m, GpuTrainer& t, double step_s) {
+// Every stage's representative rank; under emulation, the one emulated rank's stage.
+void write_gpu_trace(const TrainFlags& o, const Plan& plan, const ModelSpec& m, GpuTrainer& t, double step_s,
+                     NcclCommunicator* world) {
   std::vector<StageOp> ops;
-  for (const OpRecord& r : t.last_step_ops()) ops.push_back({t.coords().pp, r});
+  if (world) {
+    ops = gather_stage_ops(plan, t.coords(), world->rank(), world->size(), t.last_step_ops(), collectives(world));
+    if (world->rank() != 0) return;
+  } else {
+    for (const OpRecord& r : t.last_step_ops()) ops.push_back({t.coords().pp, r});
+  }
   nlohmann::json meta = {{"source", "parallax train --device cuda"}, {"device", device_name()},
                          {"step_time_s", step_s}, {"peak_memory_bytes", t.peak_memory_bytes()}};
   if (o.emulate_rank >= 0) meta["emulated_rank"] = o.emulate_rank;
@@ -109,13 +143,12 @@ int run_gpu_training(const TrainFlags& o, const ModelSpec& m, const Plan& plan, 
                      Communicator& cpu_world) {
   if (!kernels::cuda::device_available()) fail_all(cpu_world, "--device cuda: no CUDA device is visible");
   if (o.emulate_rank >= 0 && cpu_world.size() > 1) fail_all(cpu_world, "--emulate-rank runs as one process");
-  if (!o.checkpoint.empty() || o.fail_rank >= 0) fail_all(cpu_world, "--device cuda does not checkpoint yet");
   GpuTrainOptions go{options, static_cast<int>(o.emulate_rank), o.init == "exact"};
   std::unique_ptr<NcclCommunicator> world;
   if (o.emulate_rank < 0) world = nccl_world(o, cpu_world);
   Result<std::unique_ptr<GpuTrainer>> trainer = GpuTrainer::create(m, plan, world.get(), go);
   if (!trainer.ok()) fail_all(cpu_world, trainer.error());
-  GpuRun run;
+  RunLog run;
   try {
     for (int64_t step = 0; step < o.steps; ++step) {
       const auto start = std::chrono::steady_clock::now();
@@ -130,8 +163,8 @@ int run_gpu_training(const TrainFlags& o, const ModelSpec& m, const Plan& plan, 
     return 3;
   }
   const bool root = world ? world->rank() == 0 : true;
-  if (root) report(o, plan, m, **trainer, run);
-  if (root && !o.trace.empty()) write_gpu_trace(o, plan, m, **trainer, run.times.back());
+  report(o, plan, m, **trainer, run, collectives(world.get()), root);
+  if (!o.trace.empty()) write_gpu_trace(o, plan, m, **trainer, run.times.back(), world.get());
   trainer = Error{"done"};  // release the model and communicators before the process ends
   return 0;
 }

@@ -20,13 +20,38 @@
 
 namespace parallax {
 
-double median(std::vector<double> v) {
+double steady_step_time(const std::vector<double>& times) {
+  std::vector<double> v(times.begin() + (times.size() > 1 ? 1 : 0), times.end());
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-double steady_step_time(const std::vector<double>& times) {
-  return median(std::vector<double>(times.begin() + (times.size() > 1 ? 1 : 0), times.end()));
+std::vector<StageOp> gather_stage_ops(const Plan& plan, const RankCoords& me, int world_rank, int world_size,
+                                      const std::vector<OpRecord>& ops, const HostCollectives& c) {
+  constexpr int kFields = 5;  // kind, mb, chunk, start us, duration us
+  const bool representative = me.tp == 0 && me.dp == 0;
+  float count = representative ? static_cast<float>(ops.size()) : 0.0f;
+  c.all_reduce_max(&count, 1);
+  const int64_t slots = static_cast<int64_t>(count) * kFields;
+  std::vector<float> mine(slots, -1.0f), all(slots * world_size);
+  for (size_t i = 0; representative && i < ops.size(); ++i) {
+    const float rec[kFields] = {static_cast<float>(ops[i].kind), static_cast<float>(ops[i].micro_batch),
+                                static_cast<float>(ops[i].chunk), static_cast<float>(ops[i].start_s * 1e6),
+                                static_cast<float>(ops[i].duration_s * 1e6)};
+    std::copy(rec, rec + kFields, mine.begin() + static_cast<int64_t>(i) * kFields);
+  }
+  c.all_gather(all.data(), mine.data(), slots);
+  std::vector<StageOp> measured;
+  for (int r = 0; world_rank == 0 && r < world_size; ++r) {
+    const int stage = rank_coords(plan, r).pp;
+    for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) {
+      const float* rec = all.data() + (static_cast<int64_t>(r) * static_cast<int64_t>(count) + i) * kFields;
+      if (rec[0] < 0) continue;
+      measured.push_back({stage, {static_cast<OpRecord::Kind>(static_cast<int>(rec[0])), static_cast<int>(rec[1]),
+                                  static_cast<int>(rec[2]), rec[3] * 1e-6, rec[4] * 1e-6}});
+    }
+  }
+  return measured;
 }
 
 // Rank 0 prints before anyone leaves: a rank exiting first would make mpirun kill rank 0 with its
@@ -59,35 +84,15 @@ namespace {
 
 using Options = TrainFlags;
 
-// Gathers the last step's ops of every stage's representative rank (TP 0, DP 0) to rank 0, which
-// writes them as a Chrome trace in the simulator's format: one process per pipeline stage.
+// Rank 0 writes the last step of every stage's representative rank as a Chrome trace in the
+// simulator's format: one process per pipeline stage.
 void write_trace(const Options& o, const Plan& plan, const ModelSpec& m, Trainer& trainer, Communicator& world,
                  double step_time_s) {
-  constexpr int kFields = 5;  // kind, mb, chunk, start us, duration us
-  const bool representative = trainer.coords().tp == 0 && trainer.coords().dp == 0;
-  const std::vector<OpRecord>& ops = trainer.last_step_ops();
-  float count = representative ? static_cast<float>(ops.size()) : 0.0f;
-  world.all_reduce(&count, 1, ReduceOp::kMax);
-  const int64_t slots = static_cast<int64_t>(count) * kFields;
-  std::vector<float> mine(slots, -1.0f), all(slots * world.size());
-  for (size_t i = 0; representative && i < ops.size(); ++i) {
-    const float rec[kFields] = {static_cast<float>(ops[i].kind), static_cast<float>(ops[i].micro_batch),
-                                static_cast<float>(ops[i].chunk), static_cast<float>(ops[i].start_s * 1e6),
-                                static_cast<float>(ops[i].duration_s * 1e6)};
-    std::copy(rec, rec + kFields, mine.begin() + static_cast<int64_t>(i) * kFields);
-  }
-  world.all_gather(all.data(), mine.data(), slots);
+  const HostCollectives c{[&](float* x, int64_t n) { world.all_reduce(x, n, ReduceOp::kMax); },
+                          [&](float* out, const float* in, int64_t n) { world.all_gather(out, in, n); }};
+  const std::vector<StageOp> measured =
+      gather_stage_ops(plan, trainer.coords(), world.rank(), world.size(), trainer.last_step_ops(), c);
   if (world.rank() != 0) return;
-  std::vector<StageOp> measured;
-  for (int r = 0; r < world.size(); ++r) {
-    const int stage = rank_coords(plan, r).pp;
-    for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) {
-      const float* rec = all.data() + (static_cast<int64_t>(r) * static_cast<int64_t>(count) + i) * kFields;
-      if (rec[0] < 0) continue;
-      measured.push_back({stage, {static_cast<OpRecord::Kind>(static_cast<int>(rec[0])), static_cast<int>(rec[1]),
-                                  static_cast<int>(rec[2]), rec[3] * 1e-6, rec[4] * 1e-6}});
-    }
-  }
   const nlohmann::json trace = measured_trace(
       plan, m, measured,
       {{"source", "parallax train"}, {"step_time_s", step_time_s}, {"peak_memory_bytes", MemoryTracker::peak_bytes()}});
@@ -151,8 +156,10 @@ TrainOptions prepare(const Options& o, const ModelSpec& m, Communicator& world) 
   if (o.format != "table" && o.format != "json") fail_all(world, "--format: unknown '" + o.format + "' (expected table|json)");
   if (o.device != "cpu" && o.device != "cuda") fail_all(world, "--device: unknown '" + o.device + "' (expected cpu|cuda)");
   if (o.init != "exact" && o.init != "fast") fail_all(world, "--init: unknown '" + o.init + "' (expected exact|fast)");
-  if (o.device == "cpu" && (o.emulate_rank >= 0 || o.init != "exact"))
-    fail_all(world, "--emulate-rank and --init fast need --device cuda");
+  if (o.device == "cpu" && (o.emulate_rank >= 0 || o.init != "exact" || o.peak_tflops > 0))
+    fail_all(world, "--emulate-rank, --init fast and --peak-tflops need --device cuda");
+  if (o.device == "cuda" && (!o.checkpoint.empty() || o.resume)) fail_all(world, "--device cuda does not checkpoint yet");
+  if (o.device == "cuda" && o.fail_rank >= 0) fail_all(world, "--fail-rank is a test hook of the CPU runtime");
   if (o.steps < 1) fail_all(world, "--steps must be >= 1");
   if (o.watchdog_s <= 0) fail_all(world, "--watchdog-seconds must be > 0");
   if (o.resume && o.checkpoint.empty()) fail_all(world, "--resume needs --checkpoint DIR");
@@ -187,12 +194,6 @@ nlohmann::json run_identity(const Options& o, const Plan& plan, const ModelSpec&
           {"world_size", world_size}, {"seed", o.seed}, {"data_seed", options.data_seed}, {"data", data}};
 }
 
-struct RunLog {
-  std::vector<double> losses, times;
-  std::vector<int64_t> skipped;
-  double loss_scale = 1;
-};
-
 // Steps first..steps-1, checkpointing as asked; the fail-rank hook kills its rank on cue.
 RunLog train_steps(const Options& o, Trainer& trainer, Communicator& world, const nlohmann::json& identity,
                    int64_t first) {
@@ -218,7 +219,7 @@ RunLog train_steps(const Options& o, Trainer& trainer, Communicator& world, cons
 int run(int argc, char** argv) {
   cli::set_tool_name("train");
   std::unique_ptr<Communicator> world = make_mpi_world(&argc, &argv);
-  CLI::App app{"Train a model with a plan on CPU ranks (mpirun -np N train ...)."};
+  CLI::App app{"Train a model with a plan on CPU ranks (mpirun -np N train ...) or GPUs (--device cuda)."};
   Options o;
   add_options(app, o);
   try {

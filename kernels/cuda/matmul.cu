@@ -24,7 +24,6 @@ using AlgoKey = std::tuple<bool, bool, int, int, int, int, int, int, int, int>;
 struct Lt {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
-  int device = -1;
   std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
 };
 Lt& lt() {
@@ -41,7 +40,6 @@ Lt& ready() {
   if (!s.handle) {
     check_blas(cublasLtCreate(&s.handle), "create");
     check(cudaMalloc(&s.workspace, kWorkspaceBytes), "cudaMalloc(cuBLASLt workspace)");
-    check(cudaGetDevice(&s.device), "cudaGetDevice");
   }
   return s;
 }
@@ -126,12 +124,6 @@ void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
   // written in fp32 so micro-batches accumulate without 16-bit rounding.
   run({false, true, c, oc, n, inp, c, dout, oc, dweight, c, 1.0f}, dtype<T>(), CUDA_R_32F);
   if (dbias) bias_backward(dbias, dout, n, oc);
-}
-
-void matmul_release() {
-  Lt& s = lt();
-  if (s.handle) cublasLtDestroy(s.handle), cudaFree(s.workspace);
-  s = Lt{};
 }
 
 size_t matmul_workspace_bytes() { return kWorkspaceBytes; }

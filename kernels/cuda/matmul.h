@@ -19,8 +19,8 @@ template <class T>
 void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp, const T* weight, int n, int c,
                      int oc, bool accumulate_dinp = true);
 
-// The cuBLASLt handle and workspace of this process (made on first use, on the current device).
-void matmul_release();
+// The bytes of the cuBLASLt workspace this process holds from the first GEMM on (outside the
+// caching allocator: the trainer adds them to its peak memory).
 size_t matmul_workspace_bytes();
 
 }  // namespace parallax::kernels::cuda

@@ -1,8 +1,6 @@
 // One GPU transformer layer's forward and backward on this rank's TP shard: runtime/
 // transformer_layer.cc op for op, on device buffers. Every temporary lives on the compute stream
 // only, so the caching allocator may hand a freed block to the next allocation without a fence.
-#include <type_traits>
-
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"

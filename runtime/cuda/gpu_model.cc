@@ -155,8 +155,7 @@ Status GpuModel<T>::initialize() {
   if (!o_.exact_init) {
     cu::set_stream(stream_);
     const float bound = kInitStd * std::sqrt(3.0f);  // uniform [-a, a) has std a / sqrt(3)
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      const GpuTensor& t = tensors_[i];
+    for (const GpuTensor& t : tensors_) {
       const bool vector = t.name.find("ln") != std::string::npos || t.name.back() == 'b';
       // Keyed by name, so the last stage's copy of a tied embedding starts equal to the embedding.
       const std::string key = t.name == "wte.copy" ? "wte" : t.name;

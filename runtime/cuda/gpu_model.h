@@ -1,7 +1,7 @@
 // GpuModel: one rank's share of the transformer on a GPU — the model of runtime/transformer.h
 // (same parameters, names, shards and initialization; same math, op for op), with activations
-// and compute weights in T (fp32, bf16 or fp16) and fp32 master weights, gradients and AdamW
-// moments. Parameters live in flat arrays in the CPU model's parameter order, so one AdamW launch
+// and compute weights in T (fp32, bf16 or fp16) and fp32 master weights and gradients (the AdamW
+// moments are the trainer's). Parameters live in flat arrays in the CPU model's parameter order, so one AdamW launch
 // updates them all, and each layer's gradients are one contiguous range that the data-parallel
 // reduction sends as one bucket as soon as that layer's backward is done.
 //
@@ -62,8 +62,6 @@ class GpuModel {
   bool last_stage() const { return o_.pp_rank == o_.pp - 1; }
   int local_tokens(int n) const { return sequence_parallel() ? n / o_.tp : n; }
   bool sequence_parallel() const { return o_.sequence_parallel && o_.tp > 1; }
-  int64_t hidden() const { return m_.hidden; }
-  int64_t padded_vocab() const { return vocab_padded_; }
   DType dtype() const;
 
   // Flat parameter storage, in the order of tensors().
@@ -81,8 +79,6 @@ class GpuModel {
   };
   const std::vector<Range>& layer_ranges() const { return layer_ranges_; }
   Range head_range() const { return {0, layer_ranges_.empty() ? count_ : layer_ranges_.front().offset}; }
-  // Casts the fp32 master weights to the compute copy (after loading them).
-  void refresh_weights();
 
   // Forward of a micro-batch of b sequences of s tokens (device tokens / targets). The first stage
   // reads `tokens`, others `input` (local tokens x h, in T). The last stage computes the loss, adds
@@ -107,6 +103,7 @@ class GpuModel {
   void layout();
   void add(const std::string& name, int64_t size, bool replicated);
   Status initialize();
+  void refresh_weights();  // the compute copy from the fp32 masters
   T* w(int64_t tensor) { return compute_.data() + tensors_[tensor].offset; }
   float* g(int64_t tensor) { return grad_.data() + tensors_[tensor].offset; }
   void norm_forward(int64_t w, int64_t b, T* out, float* sa, float* sb, const T* in, int n);

@@ -19,7 +19,7 @@ namespace cu = kernels::cuda;
 Status check_gpu_support(const Plan& p) {
   auto no = [](const std::string& what) { return Error{"the GPU runtime does not execute " + what + " yet"}; };
   if (p.offload) return no("offload");
-  if (p.zero > 1) return no("ZeRO-" + std::to_string(p.zero) + " (ZeRO 0 and 1; the CPU runtime executes 2 and 3)");
+  if (p.zero > 1) return no("ZeRO-" + std::to_string(p.zero) + " (only 0 and 1; the CPU runtime executes 2 and 3)");
   if (p.virtual_stages > 1) return no("interleaved schedules (one model chunk per stage)");
   return Status::Ok();
 }
@@ -117,9 +117,9 @@ Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
     dp_ = world->split_device(coords_.pp * tp + coords_.tp, coords_.dp);
     pp_ = world->split_device(coords_.dp * tp + coords_.tp, coords_.pp);
     // Tied embeddings on several stages: the first and last stage sum their copies' gradients;
-    // every other rank sits alone in a group of its own (as the CPU trainer splits it).
+    // the other stages join no group (their embedding_ is null and never used).
     const bool ends = coords_.pp == 0 || coords_.pp == pp - 1;
-    embedding_ = world->split_device(ends ? coords_.dp * tp + coords_.tp : dp * tp + rank, coords_.pp);
+    embedding_ = world->split_device(ends ? coords_.dp * tp + coords_.tp : -1, coords_.pp);  // -1: no group
   }
   cu::check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "compute stream");
   cu::check(cudaStreamCreateWithFlags(&dp_stream_, cudaStreamNonBlocking), "dp stream");
@@ -282,6 +282,11 @@ void GpuTrainerImpl<T>::finish_gradients(int64_t step_index) {
     cu::check(cudaMemcpyAsync(model_->grads(), &inf, sizeof inf, cudaMemcpyHostToDevice, compute_), "poison");
     sync(*tp_, compute_, "poison");
   }
+  // Tied embeddings over several stages: the first and last stage sum their two copies' gradients
+  // before the DP reduction (the two stages' flat arrays differ, so their ZeRO shards do not align).
+  for (const GpuTensor& t : model_->tensors())
+    if (m_.tied_embeddings && plan_.pp > 1 && (t.name == "wte" || t.name == "wte.copy"))
+      embedding_->all_reduce_async(model_->grads() + t.offset, t.size, DType::kF32, ReduceOp::kSum, compute_);
   if (plan_.dp > 1) {
     cu::check(cudaEventRecord(head_ready_, compute_), "event");
     cu::check(cudaStreamWaitEvent(dp_stream_, head_ready_), "wait");
@@ -295,14 +300,11 @@ void GpuTrainerImpl<T>::finish_gradients(int64_t step_index) {
     cu::check(cudaEventRecord(dp_done_, dp_stream_), "event");
     cu::check(cudaStreamWaitEvent(compute_, dp_done_), "wait");
   }
-  // Sums over TP and DP commute: the SP partial norm gradients may be summed after DP.
+  // Sums over TP and DP commute (the TP ranks of a stage share one layout, so their shards align):
+  // the SP partial norm gradients may be summed after DP.
   if (model_->sequence_parallel())
     for (const GpuTensor& t : model_->tensors())
       if (t.sp_partial) tp_->all_reduce_async(model_->grads() + t.offset, t.size, DType::kF32, ReduceOp::kSum, compute_);
-  // Tied embeddings over several stages: the first and last stage sum their two copies' gradients.
-  for (const GpuTensor& t : model_->tensors())
-    if (m_.tied_embeddings && plan_.pp > 1 && (t.name == "wte" || t.name == "wte.copy"))
-      embedding_->all_reduce_async(model_->grads() + t.offset, t.size, DType::kF32, ReduceOp::kSum, compute_);
 }
 
 // As Trainer::gradient_norm: TP-replicated tensors and the tied copy count once; the sum over TP
@@ -396,8 +398,10 @@ void GpuTrainerImpl<T>::update(float grad_scale) {
   cu::set_stream(compute_);
   cu::adamw_update(master, model_->weights() + at, model_->grads() + at, adam_m_.data(), adam_v_.data(), n,
                    options_.train.adam, static_cast<int>(updates_), grad_scale);
-  if (plan_.zero == 1 && plan_.dp > 1)
+  if (plan_.zero == 1 && plan_.dp > 1) {
     dp_->all_gather_async(model_->weights(), model_->weights() + at, n, model_->dtype(), compute_);
+    sync(*dp_, compute_, "ZeRO-1 weight all-gather");  // watched by the communicator that runs it
+  }
 }
 
 template <class T>

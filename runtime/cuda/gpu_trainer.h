@@ -3,12 +3,12 @@
 // plan's precision (bf16 or fp16 with fp32 master weights and gradients; fp32 for checks).
 //
 // Streams: the model runs on a compute stream; data-parallel gradient reduction runs on its own
-// stream, one bucket per layer, each started as soon as the last micro-batch's backward of that
+// stream, with ZeRO 0 one all-reduce bucket per layer, each started as soon as the last micro-batch's backward of that
 // layer is done, so it overlaps the rest of the backward (what the simulator's
 // overlap_grad_reduce assumes). Per-op times come from CUDA events; memory from the caching
 // DeviceAllocator's high-water mark.
 //
-// Real ranks: TP, PP (one model chunk per stage, every schedule's op order, a grouped NCCL
+// Real ranks: TP, PP (one model chunk per stage; GPipe, 1F1B and ZB-H1 op orders; a grouped NCCL
 // send/recv pair at each op boundary) and DP over NCCL, ZeRO 0 or 1 (one reduce-scatter of the
 // gradients after the backward, AdamW on this rank's shard of the fp32 masters and moments, an
 // all-gather of the 16-bit weights). Rank emulation (`emulate_rank` >= 0): one GPU

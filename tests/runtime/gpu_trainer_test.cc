@@ -125,7 +125,7 @@ TEST(GpuTrainer, MixedPrecisionFollowsFp32) {
     }
 }
 
-// Rank emulation: the last stage of a TP 2 x PP 2 plan computes a finite loss near ln(128) (the
+// Rank emulation: the last stage of a TP 2 x PP 2 plan computes a finite, positive loss (the
 // stand-ins leave partial sums, so the value differs from the real plan's; the work does not).
 TEST(GpuTrainer, EmulatesOneRankOfALargerPlan) {
   if (!kernels::cuda::device_available()) GTEST_SKIP() << "no CUDA device";

@@ -219,7 +219,10 @@ TEST(Train, BadInputs) {
   EXPECT_EQ(torchrun.code, 0);
   const std::string fp32 = " --plan " + plan("t8.json", 0, 1, "fp32");
   expect_bad_input(run("train", "--model " + model + fp32 + " --device tpu"), "--device: unknown 'tpu' (expected cpu|cuda)");
-  expect_bad_input(run("train", "--model " + model + fp32 + " --emulate-rank 0"), "--emulate-rank and --init fast need --device cuda");
+  expect_bad_input(run("train", "--model " + model + fp32 + " --emulate-rank 0"),
+                   "--emulate-rank, --init fast and --peak-tflops need --device cuda");
+  expect_bad_input(run("train", "--model " + model + fp32 + " --device cuda --checkpoint " + testing::TempDir()),
+                   "--device cuda does not checkpoint yet");
   expect_bad_input(run("train", "--model " + model + fp32 + " --init random"), "--init: unknown 'random'");
   ToolRun ok = run("train", "--model " + model + " --plan " + plan("t5.json", 0, 1, "fp32") + " --steps 2 --format json");
   ASSERT_EQ(ok.code, 0) << ok.err;
