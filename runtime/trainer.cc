@@ -114,26 +114,29 @@ Result<std::vector<int>> read_token_file(const std::string& path, int64_t vocab)
   return tokens;
 }
 
-void Trainer::fill_batch(int64_t step_index, int64_t mb, std::vector<int>& inputs, std::vector<int>& targets) const {
-  const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len);
-  const int64_t per_rank = plan_.global_batch / plan_.dp;
-  const std::vector<int>& data = options_.data;
-  for (int i = 0; i < b; ++i) {
-    const int64_t seq = coords_.dp * per_rank + mb * b + i;
-    if (!data.empty()) {  // consecutive windows of the file, wrapping around: the same for every plan
-      const int64_t span = static_cast<int64_t>(data.size()) - 1;
-      const int64_t start = ((step_index * plan_.global_batch + seq) * s) % span;
-      for (int pos = 0; pos < s; ++pos) {
-        inputs[static_cast<size_t>(i) * s + pos] = data[(start + pos) % span];
-        targets[static_cast<size_t>(i) * s + pos] = data[(start + pos) % span + 1];
-      }
-      continue;
+void sequence_tokens(const TrainOptions& options, int64_t vocab, int64_t global_batch, int64_t seq_len, int64_t step,
+                     int64_t seq, int* inputs, int* targets) {
+  const std::vector<int>& data = options.data;
+  if (!data.empty()) {  // consecutive windows of the file, wrapping around: the same for every plan
+    const int64_t span = static_cast<int64_t>(data.size()) - 1;
+    const int64_t start = ((step * global_batch + seq) * seq_len) % span;
+    for (int64_t pos = 0; pos < seq_len; ++pos) {
+      inputs[pos] = data[(start + pos) % span];
+      targets[pos] = data[(start + pos) % span + 1];
     }
-    for (int pos = 0; pos < s; ++pos) {
-      inputs[static_cast<size_t>(i) * s + pos] = synthetic_token(options_.data_seed, step_index, seq, pos, m_.vocab);
-      targets[static_cast<size_t>(i) * s + pos] = synthetic_token(options_.data_seed, step_index, seq, pos + 1, m_.vocab);
-    }
+    return;
   }
+  for (int64_t pos = 0; pos < seq_len; ++pos) {
+    inputs[pos] = synthetic_token(options.data_seed, step, seq, pos, vocab);
+    targets[pos] = synthetic_token(options.data_seed, step, seq, pos + 1, vocab);
+  }
+}
+
+void Trainer::fill_batch(int64_t step_index, int64_t mb, std::vector<int>& inputs, std::vector<int>& targets) const {
+  const int64_t b = plan_.micro_batch, s = plan_.seq_len, per_rank = plan_.global_batch / plan_.dp;
+  for (int64_t i = 0; i < b; ++i)
+    sequence_tokens(options_, m_.vocab, plan_.global_batch, s, step_index, coords_.dp * per_rank + mb * b + i,
+                    inputs.data() + i * s, targets.data() + i * s);
 }
 
 int Trainer::tag(OpKind kind, int64_t mb, int64_t receiver_vs) const {

@@ -55,6 +55,11 @@ Status check_runtime_support(const Plan& plan);
 // Token `pos` (0..s) of global sequence `seq` at `step`: deterministic, independent of the plan.
 int synthetic_token(uint64_t data_seed, int64_t step, int64_t seq, int64_t pos, int64_t vocab);
 
+// Inputs and targets (s each) of global sequence `seq` at `step`: consecutive windows of
+// options.data (wrapping around), or synthetic tokens. The same for every plan and runtime.
+void sequence_tokens(const TrainOptions& options, int64_t vocab, int64_t global_batch, int64_t seq_len, int64_t step,
+                     int64_t seq, int* inputs, int* targets);
+
 // One measured op of a step on this rank, in seconds from the step's start (after a barrier over
 // all ranks).
 struct OpRecord {

@@ -12,7 +12,6 @@ namespace parallax {
 
 namespace {
 
-constexpr int64_t kVocabMultiple = 128;
 constexpr float kInitStd = 0.02f;
 
 void make(Param& p, const std::string& name, int64_t size, bool replicated, float fill = 0.0f) {
@@ -26,6 +25,11 @@ void make(Param& p, const std::string& name, int64_t size, bool replicated, floa
 
 }  // namespace
 
+int64_t padded_vocab(const ModelSpec& m) {
+  constexpr int64_t kVocabMultiple = 128;
+  return (m.vocab + kVocabMultiple - 1) / kVocabMultiple * kVocabMultiple;
+}
+
 Result<Transformer> Transformer::create(const ModelSpec& m, int tp, int tp_rank, uint64_t seed, int pp, int pp_rank,
                                         int chunks) {
   Transformer t;
@@ -38,7 +42,7 @@ Result<Transformer> Transformer::create(const ModelSpec& m, int tp, int tp_rank,
   if (m.layers % (static_cast<int64_t>(pp) * chunks) != 0)
     return Error{"num_layers " + std::to_string(m.layers) + " is not divisible by pp x chunks"};
   t.layers_per_chunk_ = m.layers / (static_cast<int64_t>(pp) * chunks);
-  t.vocab_padded_ = (m.vocab + kVocabMultiple - 1) / kVocabMultiple * kVocabMultiple;
+  t.vocab_padded_ = parallax::padded_vocab(m);
   if (m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp || t.vocab_padded_ % tp)
     return Error{"tp " + std::to_string(tp) + " must divide the heads, KV heads, FFN size and padded vocabulary " +
                  std::to_string(t.vocab_padded_)};

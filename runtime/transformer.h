@@ -24,6 +24,10 @@
 
 namespace parallax {
 
+// The vocabulary every plan trains: padded to a multiple of 128, independent of TP, so that every
+// plan's model is the same (the CPU and GPU runtimes both use it).
+int64_t padded_vocab(const ModelSpec& m);
+
 struct Param {
   std::string name;
   Buffer value, grad;

@@ -33,12 +33,7 @@ int run_gpu_training(const TrainFlags&, const ModelSpec&, const Plan&, const Tra
 
 namespace {
 
-std::string device_name() {
-  int device = 0;
-  cudaDeviceProp prop{};
-  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "unknown";
-  return prop.name;
-}
+using kernels::cuda::device_name;
 
 // Host collectives over the NCCL world (device staging), or trivial ones for one process.
 HostCollectives collectives(NcclCommunicator* world) {

@@ -23,6 +23,9 @@ cudaStream_t stream();
 // True when a CUDA device can be used (tests skip otherwise); never aborts.
 bool device_available();
 
+// The current device's name ("unknown" when there is none).
+std::string device_name();
+
 // Throws std::runtime_error naming `what` and the CUDA error when `err` is not cudaSuccess.
 void check(cudaError_t err, const char* what);
 // Checks the last launch (cudaGetLastError) and names it.

@@ -125,14 +125,6 @@ double measure_attention(bool quick) {
   return 3.5 * fwd / sec;
 }
 
-std::string device_name() {
-  int device = 0;
-  cudaDeviceProp prop{};
-  cu::check(cudaGetDevice(&device), "cudaGetDevice");
-  cu::check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-  return prop.name;
-}
-
 }  // namespace
 
 Result<nlohmann::json> calibrate_gpu_cluster(const nlohmann::json& base, const CalibrationOptions& o) {
@@ -145,7 +137,7 @@ Result<nlohmann::json> calibrate_gpu_cluster(const nlohmann::json& base, const C
     const double copy = measure_copy(o.quick), elementwise = measure_elementwise();
     const double optimizer = measure_optimizer(o.quick), attention = measure_attention(o.quick);
     const std::string how = "measured by parallax calibrate --device cuda" + std::string(o.quick ? " --quick" : "") +
-                            " on one " + device_name();
+                            " on one " + cu::device_name();
     nlohmann::json& g = c["gpu"];
     g["gemm_max_efficiency"] = std::min(1.0, gemm.best_flops / peak);
     g["gemm_half_dim"] = gemm.half_dim;

@@ -20,7 +20,6 @@ namespace parallax {
 namespace cu = kernels::cuda;
 
 namespace {
-constexpr int64_t kVocabMultiple = 128;  // as runtime/transformer.cc: the same padded vocabulary
 constexpr float kInitStd = 0.02f;
 }  // namespace
 
@@ -90,7 +89,7 @@ Result<std::unique_ptr<GpuModel<T>>> GpuModel<T>::configure(const ModelSpec& m, 
   const int64_t tp = o.tp;
   if (m.layers % o.pp != 0) return Error{"num_layers " + std::to_string(m.layers) + " is not divisible by pp"};
   std::unique_ptr<GpuModel> g(new GpuModel(m, o, stream));
-  g->vocab_padded_ = (m.vocab + kVocabMultiple - 1) / kVocabMultiple * kVocabMultiple;
+  g->vocab_padded_ = padded_vocab(m);
   if (m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp || g->vocab_padded_ % tp)
     return Error{"tp " + std::to_string(tp) + " must divide the heads, KV heads, FFN size and padded vocabulary " +
                  std::to_string(g->vocab_padded_)};

@@ -172,23 +172,12 @@ void GpuTrainerImpl<T>::init_optimizer() {
 // The CPU trainer's batches (Trainer::fill_batch): all micro-batches of this DP rank, one upload.
 template <class T>
 void GpuTrainerImpl<T>::fill_tokens(int64_t step_index) {
+  if (!model_->first_stage() && !model_->last_stage()) return;  // middle stages read neither
   const int64_t s = plan_.seq_len, per_rank = plan_.global_batch / plan_.dp;
   std::vector<int> in(static_cast<size_t>(tokens_.size())), out(in.size());
-  const std::vector<int>& data = options_.train.data;
-  for (int64_t i = 0; i < per_rank; ++i) {
-    const int64_t seq = coords_.dp * per_rank + i;
-    for (int64_t pos = 0; pos < s; ++pos) {
-      const size_t at = static_cast<size_t>(i * s + pos);
-      if (!data.empty()) {
-        const int64_t span = static_cast<int64_t>(data.size()) - 1;
-        const int64_t start = ((step_index * plan_.global_batch + seq) * s) % span;
-        in[at] = data[(start + pos) % span], out[at] = data[(start + pos) % span + 1];
-      } else {
-        in[at] = synthetic_token(options_.train.data_seed, step_index, seq, pos, m_.vocab);
-        out[at] = synthetic_token(options_.train.data_seed, step_index, seq, pos + 1, m_.vocab);
-      }
-    }
-  }
+  for (int64_t i = 0; i < per_rank; ++i)
+    sequence_tokens(options_.train, m_.vocab, plan_.global_batch, s, step_index, coords_.dp * per_rank + i,
+                    in.data() + i * s, out.data() + i * s);
   cu::check(cudaMemcpyAsync(tokens_.data(), in.data(), in.size() * sizeof(int), cudaMemcpyHostToDevice, compute_), "tokens");
   cu::check(cudaMemcpyAsync(targets_.data(), out.data(), out.size() * sizeof(int), cudaMemcpyHostToDevice, compute_),
             "targets");
