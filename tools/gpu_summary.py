@@ -24,20 +24,29 @@ def load_json(path):
         return None
 
 
-def last_json_line(path):
-    """The JSON object a tool printed (train and simulate print one), or None."""
+def last_json_line(path, key):
+    """The JSON object holding `key` that a tool printed among other lines, or None."""
     try:
         with open(path) as f:
             text = f.read()
     except OSError:
         return None
+    decoder = json.JSONDecoder()
     start = text.find("{")
     while start != -1:
         try:
-            return json.loads(text[start:])
+            obj, _ = decoder.raw_decode(text, start)
+            if isinstance(obj, dict) and key in obj:
+                return obj
         except ValueError:
-            start = text.find("{", start + 1)
+            pass
+        start = text.find("{", start + 1)
     return None
+
+
+def num(x, fmt):
+    """x formatted, or n/a when the run wrote no finite number (nlohmann writes NaN as null)."""
+    return fmt % x if isinstance(x, (int, float)) and x == x and abs(x) != float("inf") else "n/a"
 
 
 def free_comm_cluster(name, out):
@@ -54,8 +63,13 @@ def free_comm_cluster(name, out):
         json.dump(c, f, indent=2)
 
 
+def rel(predicted, measured):
+    ok = all(isinstance(x, (int, float)) and x == x and x != 0 for x in (predicted, measured))
+    return predicted / measured - 1.0 if ok else None
+
+
 def err(predicted, measured):
-    return "%+.1f%%" % (100.0 * (predicted / measured - 1.0)) if predicted and measured else "n/a"
+    return num(None if rel(predicted, measured) is None else 100.0 * rel(predicted, measured), "%+.1f%%")
 
 
 def op_medians(trace, pid):
@@ -97,37 +111,54 @@ def bench_section(out):
     return lines
 
 
+def allocated_bytes(mem):
+    return sum(mem.get(k, 0) for k in ("weights", "gradients", "optimizer", "activations", "buffers"))
+
+
+def verdict(error, bound):
+    if error is None:
+        return "n/a"
+    return "%+.1f%% (%s, bound %.0f%%)" % (100 * error, "PASS" if abs(error) <= bound else "FAIL", 100 * bound)
+
+
 def training_section(out):
-    t = last_json_line(os.path.join(out, "train_1.3b.txt"))
-    sim = last_json_line(os.path.join(out, "simulate_1.3b.txt"))
+    t = last_json_line(os.path.join(out, "train_1.3b.txt"), "step_time_s")
+    sim = last_json_line(os.path.join(out, "simulate_1.3b.txt"), "step_time_s")
     lines = ["## GPT 1.3B on one GPU (bf16, s 2048, 4 x 8 sequences per step)", ""]
     if t is None:
         return lines + ["train: no result (see train_1.3b.txt)"]
-    lines += ["losses %s" % ", ".join("%.4f" % x for x in t["losses"]),
-              "", "tokens/s %.0f, model TFLOP/s %.1f, MFU %.1f%% of 989.4 TFLOP/s (%.1f%% of the 790 measured ceiling)"
-              % (t["tokens_per_s"], t["model_tflops_per_gpu"], 100 * t.get("mfu", 0),
-                 100 * t["model_tflops_per_gpu"] / 790.0),
+    tflops = t.get("model_tflops_per_gpu")
+    lines += ["losses %s" % ", ".join(num(x, "%.4f") for x in t.get("losses", [])),
+              "", "tokens/s %s, model TFLOP/s %s, MFU %s of 989.4 TFLOP/s (%s of the 790 measured ceiling)%s"
+              % (num(t.get("tokens_per_s"), "%.0f"), num(tflops, "%.1f"), num(100 * t["mfu"], "%.1f%%") if "mfu" in t else "n/a",
+                 num(100 * tflops / 790.0, "%.1f%%") if tflops else "n/a",
+                 " [emulated: NCCL did not start]" if "emulated_rank" in t else ""),
               "", "MFU counts model FLOPs: 6 x parameters-in-matmuls per token + attention's QK^T and AV over the",
               "full s x s square (not halved for causality), the logits, no recompute (DESIGN.md).", ""]
     if sim is None:
         return lines + ["simulate: no result (see simulate_1.3b.txt)"]
-    mem = sim.get("memory_bytes", {})
-    allocated = sum(mem.get(k, 0) for k in ("weights", "gradients", "optimizer", "activations", "buffers"))
-    lines += ["| | predicted | measured | error |", "|---|---:|---:|---:|",
-              "| step time s | %.4f | %.4f | %s |" % (sim["step_time_s"], t["step_time_s"], err(sim["step_time_s"], t["step_time_s"])),
-              "| allocated GiB (states + activations + buffers) | %.2f | %.2f | %s |"
-              % (allocated / GIB, t["peak_memory_bytes"] / GIB, err(allocated, t["peak_memory_bytes"])),
-              "| peak GiB incl. margin and reserve | %.2f | | |" % (sim["peak_memory_bytes"] / GIB)]
+    allocated = allocated_bytes(sim.get("memory_bytes", {}))
+    measured_mem = t.get("peak_memory_bytes")
+    lines += ["cluster: %s" % sim.get("cluster", "?"), "",
+              "| | predicted | measured | error |", "|---|---:|---:|---:|",
+              "| step time s | %s | %s | %s |" % (num(sim.get("step_time_s"), "%.4f"), num(t.get("step_time_s"), "%.4f"),
+                                               err(sim.get("step_time_s"), t.get("step_time_s"))),
+              "| allocated GiB (states + activations + buffers) | %s | %s | %s |"
+              % (num(allocated / GIB, "%.2f"), num(measured_mem and measured_mem / GIB, "%.2f"), err(allocated, measured_mem)),
+              "| peak GiB incl. margin and reserve | %s | | |" % num(sim.get("peak_memory_bytes", 0) / GIB, "%.2f")]
+    VERDICT["1.3B MFU"] = num(100 * t["mfu"], "%.1f%%") + " (target >= 50%)" if "mfu" in t else "n/a"
+    VERDICT["1.3B step time error"] = verdict(rel(sim.get("step_time_s"), t.get("step_time_s")), 0.05)
+    VERDICT["1.3B memory error"] = verdict(rel(allocated, measured_mem), 0.03)
     return lines
 
 
 def emulation_section(out):
-    sim = last_json_line(os.path.join(out, "simulate_13b.txt"))
+    sim = last_json_line(os.path.join(out, "simulate_13b.txt"), "stages")
     predicted = load_json(os.path.join(out, "predicted-13b.json"))
     lines = ["## Rank emulation: Llama-2-13B, TP 8 x PP 4 x DP 2, ZeRO-1, 16 micro-batches of 1 x 4096", "",
              "| rank (stage) | op | predicted ms | measured ms | error |", "|---|---|---:|---:|---:|"]
     for rank, stage in ((0, 0), (48, 3)):
-        t = last_json_line(os.path.join(out, "emulate_13b_r%d.txt" % rank))
+        t = last_json_line(os.path.join(out, "emulate_13b_r%d.txt" % rank), "step_time_s")
         measured = load_json(os.path.join(out, "emulated-13b-r%d.json" % rank))
         if t is None or measured is None:
             lines.append("| %d (%d) | no result | | | |" % (rank, stage))
@@ -135,21 +166,57 @@ def emulation_section(out):
         p, m = op_medians(predicted, stage), op_medians(measured, stage)
         for kind in ("F", "B"):
             lines.append("| %d (%d) | %s median | %s | %s | %s |" % (
-                rank, stage, kind, "%.2f" % (1e3 * p[kind]) if p[kind] else "n/a",
-                "%.2f" % (1e3 * m[kind]) if m[kind] else "n/a", err(p[kind], m[kind])))
+                rank, stage, kind, num(p[kind] and 1e3 * p[kind], "%.2f"), num(m[kind] and 1e3 * m[kind], "%.2f"),
+                err(p[kind], m[kind])))
+            VERDICT["13B stage %d %s error" % (stage, kind)] = err(p[kind], m[kind])
         if sim is not None:
-            mem = sim["stages"][stage]["memory_bytes"]
-            allocated = sum(mem[k] for k in ("weights", "gradients", "optimizer", "activations", "buffers"))
-            lines.append("| %d (%d) | allocated GiB | %.2f | %.2f | %s |" % (
-                rank, stage, allocated / GIB, t["peak_memory_bytes"] / GIB, err(allocated, t["peak_memory_bytes"])))
+            allocated = allocated_bytes(sim["stages"][stage]["memory_bytes"])
+            measured_mem = t.get("peak_memory_bytes")
+            lines.append("| %d (%d) | allocated GiB | %s | %s | %s |" % (
+                rank, stage, num(allocated / GIB, "%.2f"), num(measured_mem and measured_mem / GIB, "%.2f"),
+                err(allocated, measured_mem)))
     return lines
+
+
+def tests_verdict(out):
+    failed = skipped = total = 0
+    for name in ("kernels_test", "runtime_test"):
+        j = load_json(os.path.join(out, name + ".json")) or {}
+        cases = [t for s in j.get("testsuites", []) for t in s.get("testsuite", [])]
+        total += len(cases)
+        failed += sum(1 for t in cases if t.get("failures"))
+        skipped += sum(1 for t in cases if t.get("result") == "SKIPPED")
+    if not total:
+        return "n/a"
+    return "%d passed, %d failed, %d skipped of %d" % (total - failed - skipped, failed, skipped, total)
+
+
+def bench_verdict(out):
+    best = {"gemm": None, "copy": None}
+    for b in (load_json(os.path.join(out, "bench.json")) or {}).get("benchmarks", []):
+        for kind, key, scale in (("gemm", "FLOP/s", 1e12), ("copy", "bytes/s", 1e9)):
+            if kind in b.get("name", "").lower() and key in b and not b.get("error_occurred"):
+                best[kind] = max(best[kind] or 0, b[key] / scale)
+    VERDICT["bf16 GEMM best"] = num(best["gemm"], "%.0f TFLOP/s") + " (ceiling ~790)"
+    VERDICT["device copy best"] = num(best["copy"], "%.0f GB/s") + " (ceiling ~4300)"
+
+
+VERDICT = {}
 
 
 def report(out):
     device = open(os.path.join(out, "device.txt")).read().strip() if os.path.exists(os.path.join(out, "device.txt")) else "?"
     lines = ["# Parallax GPU check", "", "device: " + device, ""]
-    for section in (tests_section, bench_section, training_section, emulation_section):
-        lines += section(out) + [""]
+    VERDICT["GPU tests"] = tests_verdict(out)
+    for key in ("1.3B MFU", "1.3B step time error", "1.3B memory error"):
+        VERDICT[key] = "n/a (no result)"
+    for section in (tests_section, bench_section, bench_verdict, training_section, emulation_section):
+        try:
+            lines += (section(out) or []) + [""]
+        except Exception as e:  # one broken result must not hide the others
+            lines += ["%s: could not be read: %r" % (section.__name__, e), ""]
+    lines += ["## Verdict", "", "| check | result |", "|---|---|"]
+    lines += ["| %s | %s |" % kv for kv in VERDICT.items()]
     print("\n".join(lines))
 
 

@@ -74,12 +74,13 @@ void report(const TrainFlags& o, const Plan& plan, const ModelSpec& m, GpuTraine
                       {"skipped_steps", run.skipped},
                       {"loss_scale", run.loss_scale},
                       {"device", device_name()}};
-  // One emulated rank's step has no bubbles and no communication: no whole-plan MFU from it.
+  // One emulated rank of a larger plan has no bubbles and no communication: no whole-plan MFU
+  // from it. Emulating a one-GPU plan is that plan's whole step.
   const double flops = model_flops_per_step(m, plan.seq_len, plan.global_batch);
   const double tflops_per_gpu = flops / (step_s * static_cast<double>(plan.gpus())) / 1e12;
-  if (o.emulate_rank >= 0) {
-    j["emulated_rank"] = o.emulate_rank, j["emulated_stage"] = t.coords().pp;
-  } else {
+  const bool whole_plan = o.emulate_rank < 0 || plan.gpus() == 1;
+  if (o.emulate_rank >= 0) j["emulated_rank"] = o.emulate_rank, j["emulated_stage"] = t.coords().pp;
+  if (whole_plan) {
     j["model_flops_per_step"] = flops, j["model_tflops_per_gpu"] = tflops_per_gpu;
     if (o.peak_tflops > 0) j["mfu"] = tflops_per_gpu / o.peak_tflops;
   }
@@ -90,7 +91,7 @@ void report(const TrainFlags& o, const Plan& plan, const ModelSpec& m, GpuTraine
   for (size_t i = 0; i < run.losses.size(); ++i)
     std::cout << "step " << i + 1 << "  loss " << cli::fixed(run.losses[i], 6) << "\n";
   std::cout << "median step " << cli::fixed(step_s, 4) << " s, " << cli::fixed(j["tokens_per_s"].get<double>(), 0)
-            << " tokens/s, " << (o.emulate_rank >= 0 ? "" : cli::fixed(tflops_per_gpu, 1) + " model TFLOP/s per GPU, ")
+            << " tokens/s, " << (!whole_plan ? "" : cli::fixed(tflops_per_gpu, 1) + " model TFLOP/s per GPU, ")
             << "peak memory " << cli::fixed(static_cast<double>(peak) / (1 << 30), 2) << " GiB on " << device_name()
             << "\n";
 }
@@ -117,17 +118,24 @@ std::unique_ptr<NcclCommunicator> nccl_world(const TrainFlags& o, Communicator& 
   if (!launch.ok()) fail_all(cpu_world, launch.error());
   const bool mpi = cpu_world.size() > 1;
   const int rank = mpi ? cpu_world.rank() : launch->rank, size = mpi ? cpu_world.size() : launch->world_size;
+  if (mpi && launch->launcher == "none")
+    fail_all(cpu_world, "MPI started " + std::to_string(size) +
+                            " ranks but no launcher variable gives each one's local rank (OMPI_COMM_WORLD_LOCAL_RANK, "
+                            "MPI_LOCALRANKID, SLURM_LOCALID or LOCAL_RANK)");
   if (mpi && launch->world_size != size)
     fail_all(cpu_world, launch->launcher + " says the world has " + std::to_string(launch->world_size) +
                             " ranks but MPI has " + std::to_string(size));
   int devices = 0;
   kernels::cuda::check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-  if (launch->local_rank >= devices)
+  // One visible device per process (srun --gpus-per-task, a CUDA_VISIBLE_DEVICES per rank) is
+  // that rank's GPU whatever its local rank.
+  const int device = devices == 1 ? 0 : launch->local_rank;
+  if (device >= devices)
     fail_all(cpu_world, "local rank " + std::to_string(launch->local_rank) + " has no GPU (" +
                             std::to_string(devices) + " on this node)");
   Result<ncclUniqueId> id = bootstrap_nccl_id(cpu_world, *launch, o.watchdog_s);
   if (!id.ok()) fail_all(cpu_world, id.error());
-  std::unique_ptr<NcclCommunicator> world = make_nccl_world(rank, size, *id, launch->local_rank, o.watchdog_s);
+  std::unique_ptr<NcclCommunicator> world = make_nccl_world(rank, size, *id, device, o.watchdog_s);
   if (rank == 0) remove_nccl_id_file();  // every rank has read it: NCCL's start-up needed them all
   return world;
 }
@@ -138,7 +146,7 @@ int run_gpu_training(const TrainFlags& o, const ModelSpec& m, const Plan& plan, 
                      Communicator& cpu_world) {
   if (!kernels::cuda::device_available()) fail_all(cpu_world, "--device cuda: no CUDA device is visible");
   if (o.emulate_rank >= 0 && cpu_world.size() > 1) fail_all(cpu_world, "--emulate-rank runs as one process");
-  GpuTrainOptions go{options, static_cast<int>(o.emulate_rank), o.init == "exact"};
+  GpuTrainOptions go{options, static_cast<int>(o.emulate_rank), o.init == "exact", o.watchdog_s};
   std::unique_ptr<NcclCommunicator> world;
   if (o.emulate_rank < 0) world = nccl_world(o, cpu_world);
   Result<std::unique_ptr<GpuTrainer>> trainer = GpuTrainer::create(m, plan, world.get(), go);

@@ -16,8 +16,10 @@
 namespace parallax {
 namespace {
 
+// data_dir(), not the build's source path: on the GPU machine the tree lives elsewhere and
+// gpu_check.sh points PARALLAX_DATA_DIR at it.
 ModelSpec tiny(const std::string& name) {
-  return load_model(std::string(PARALLAX_SOURCE_DIR) + "/tests/data/" + name + ".json").value();
+  return load_model(data_dir() + "/tests/data/" + name + ".json").value();
 }
 
 Plan plan(Precision precision, int64_t micro_batch = 2) {
@@ -86,6 +88,10 @@ TEST(GpuTrainer, RefusesWhatItCannotExecute) {
   EXPECT_NE(check_gpu_support(p).error().find("interleaved"), std::string::npos);
   p.schedule = Schedule::k1F1B, p.virtual_stages = 1, p.offload = true;
   EXPECT_NE(check_gpu_support(p).error().find("offload"), std::string::npos);
+  // ZB-H1 over 3 stages and 3 micro-batches: refused for real ranks, emulated ones never wait.
+  p.offload = false, p.schedule = Schedule::kZbH1, p.pp = 3, p.global_batch = 6;
+  EXPECT_NE(check_gpu_support(p).error().find("deadlock"), std::string::npos);
+  EXPECT_TRUE(check_gpu_support(p, /*emulated=*/true).ok());
 }
 
 TEST(GpuTrainer, MatchesTheCpuTrainerInFp32) {
