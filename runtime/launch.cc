@@ -1,6 +1,7 @@
 #include "runtime/launch.h"
 
 #include <cstdlib>
+#include <vector>
 
 namespace parallax {
 
@@ -24,15 +25,23 @@ Result<LaunchInfo> launch_info_from_env() {
     const char* launcher;
     const char *rank, *size, *local;
   };
-  for (const Source& s : {Source{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-                          Source{"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
-                          Source{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"}}) {
+  const Source torchrun{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"};
+  // torchrun's workers inside a Slurm allocation (`srun torchrun ...`) also see Slurm's one task
+  // per node: torchrun's own variables win when its agent started this process.
+  std::vector<Source> sources;
+  if (std::getenv("TORCHELASTIC_RUN_ID")) sources.push_back(torchrun);
+  sources.insert(sources.end(), {Source{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+                                 Source{"hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+                                 Source{"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}, torchrun});
+  for (const Source& s : sources) {
     Result<int> size = env_int(s.size);
     if (!size.ok()) return Error{size.error()};
     if (*size < 0) continue;
     Result<int> rank = env_int(s.rank), local = env_int(s.local);
     if (!rank.ok()) return Error{rank.error()};
     if (!local.ok()) return Error{local.error()};
+    if (*size > 1 && *local < 0)
+      return Error{std::string(s.launcher) + " sets " + s.size + " but not " + s.local + ": no way to pick this rank's GPU"};
     return LaunchInfo{s.launcher, std::max(*rank, 0), *size, std::max(*local, 0)};
   }
   return LaunchInfo{"none", 0, 1, 0};

@@ -6,6 +6,7 @@
 // fp32 CUDA-core fallback for fp32 storage, any other head_dim up to 256 or unaligned pointers.
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_internal.cuh"
+#include "kernels/cuda/device_utils.cuh"
 
 #include <mma.h>
 
@@ -524,7 +525,7 @@ template <class T>
 void flash_attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, AttentionShape s) {
   validate(s);
   if (s.b == 0 || s.t == 0) return;
-  const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(s.d));
+  const float scale_log2 = (1.0f / std::sqrt(static_cast<float>(s.d))) * kLog2e;  // as the backward's
   if constexpr (!std::is_same_v<T, float>) {
     if (use_tensor_cores<T>(s, {out, q, k, v})) {
       if (s.d == 64) return forward_tensor_cores<T, 64>(out, lse, q, k, v, s, scale_log2);
@@ -541,8 +542,8 @@ void flash_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, co
   if (s.b == 0 || s.t == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.d)), scale_log2 = scale * kLog2e;
   const long rows = static_cast<long>(s.b) * s.t * s.h;
-  float* delta = nullptr;  // [B, H, T], O(T) scratch
-  check(cudaMallocAsync(&delta, rows * sizeof(float), stream()), "cudaMallocAsync(flash attention D)");
+  detail::Scratch<float> delta_scratch(rows);  // [B, H, T], O(T); freed on the stream however we leave
+  float* delta = delta_scratch.get();
   constexpr int kRowsPerBlock = 8;
   row_dot_kernel<T><<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), kRowsPerBlock * 32, 0,
                       stream()>>>(delta, dout, out, s);
@@ -558,7 +559,6 @@ void flash_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, co
     }
   }
   if (!done) backward_fallback<T>(dq, dk, dv, dout, q, k, v, lse, delta, s, scale_log2, scale);
-  check(cudaFreeAsync(delta, stream()), "cudaFreeAsync(flash attention D)");
 }
 
 #define PARALLAX_INSTANTIATE_FLASH_ATTENTION(T)                                                                     \

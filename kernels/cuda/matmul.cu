@@ -5,7 +5,10 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -18,8 +21,14 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's recommendation for Hopper
 
-// The heuristic's choice per GEMM shape and types, so the step loop asks cuBLASLt once per shape.
-using AlgoKey = std::tuple<bool, bool, int, int, int, int, int, int, int, int>;
+// The heuristic's choice per GEMM shape, types and operand alignment, so the step loop asks
+// cuBLASLt once per shape. Alignment is part of the key: an algorithm chosen for 256-byte-aligned
+// operands may refuse (or fault on) a pointer into the middle of a buffer.
+using AlgoKey = std::tuple<bool, bool, int, int, int, int, int, int, int, int, uint32_t, uint32_t, uint32_t>;
+
+// One handle and workspace serve the process: every GEMM runs on the current stream of the one
+// device a rank owns (communication streams run no GEMMs), so the workspace is never shared by
+// two kernels at once.
 
 struct Lt {
   cublasLtHandle_t handle = nullptr;
@@ -68,41 +77,65 @@ struct Gemm {
   float beta;
 };
 
+// The largest power of two, up to 256, that divides the address.
+uint32_t alignment_bytes(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  return static_cast<uint32_t>(a == 0 ? 256 : std::min<uintptr_t>(256, a & (~a + 1)));
+}
+
+// Descriptors freed however run() leaves.
+template <class H, cublasStatus_t (*Destroy)(H)>
+struct Owned {
+  H h = nullptr;
+  ~Owned() {
+    if (h) Destroy(h);
+  }
+};
+
+cublasLtMatmulAlgo_t choose_algo(Lt& s, const Gemm& g, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                                 cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, const uint32_t align[3]) {
+  Owned<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref;
+  check_blas(cublasLtMatmulPreferenceCreate(&pref.h), "preference");
+  check_blas(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspaceBytes,
+                                                  sizeof(kWorkspaceBytes)),
+             "workspace preference");
+  const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  const uint32_t values[4] = {align[0], align[1], align[2], align[2]};  // C and D are one array
+  for (int i = 0; i < 4; ++i)
+    check_blas(cublasLtMatmulPreferenceSetAttribute(pref.h, attrs[i], &values[i], sizeof(values[i])),
+               "alignment preference");
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(s.handle, desc, la, lb, ld, ld, pref.h, 1, &heuristic, &found);
+  if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && found == 0))
+    throw std::runtime_error("cuBLASLt: no algorithm for a " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
+                             std::to_string(g.k) + " GEMM");
+  check_blas(hs, "heuristic");
+  return heuristic.algo;
+}
+
 void run(const Gemm& g, cudaDataType_t ab, cudaDataType_t cd) {
   Lt& s = ready();
-  cublasLtMatmulDesc_t desc = nullptr;
-  check_blas(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  Owned<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> desc;
+  check_blas(cublasLtMatmulDescCreate(&desc.h, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
   const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-  check_blas(cublasLtMatrixLayoutCreate(&la, ab, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda), "layout A");
-  check_blas(cublasLtMatrixLayoutCreate(&lb, ab, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb), "layout B");
-  check_blas(cublasLtMatrixLayoutCreate(&ld, cd, g.m, g.n, g.ldd), "layout D");
-  const AlgoKey key{g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, static_cast<int>(ab), static_cast<int>(cd)};
+  check_blas(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transpose A");
+  check_blas(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transpose B");
+  Owned<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> la, lb, ld;
+  check_blas(cublasLtMatrixLayoutCreate(&la.h, ab, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda), "layout A");
+  check_blas(cublasLtMatrixLayoutCreate(&lb.h, ab, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb), "layout B");
+  check_blas(cublasLtMatrixLayoutCreate(&ld.h, cd, g.m, g.n, g.ldd), "layout D");
+  const uint32_t align[3] = {alignment_bytes(g.a), alignment_bytes(g.b), alignment_bytes(g.d)};
+  const AlgoKey key{g.trans_a, g.trans_b, g.m,  g.n, g.k, g.lda, g.ldb, g.ldd, static_cast<int>(ab), static_cast<int>(cd),
+                    align[0],  align[1],  align[2]};
   auto it = s.algos.find(key);
-  if (it == s.algos.end()) {
-    cublasLtMatmulPreference_t pref = nullptr;
-    check_blas(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspaceBytes,
-                                         sizeof(kWorkspaceBytes));
-    cublasLtMatmulHeuristicResult_t heuristic{};
-    int found = 0;
-    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(s.handle, desc, la, lb, ld, ld, pref, 1, &heuristic, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    check_blas(hs, "heuristic");
-    if (found == 0) throw std::runtime_error("cuBLASLt: no algorithm for a " + std::to_string(g.m) + "x" +
-                                             std::to_string(g.n) + "x" + std::to_string(g.k) + " GEMM");
-    it = s.algos.emplace(key, heuristic.algo).first;
-  }
+  if (it == s.algos.end()) it = s.algos.emplace(key, choose_algo(s, g, desc.h, la.h, lb.h, ld.h, align)).first;
   const float alpha = 1.0f;
-  const cublasStatus_t st = cublasLtMatmul(s.handle, desc, &alpha, g.a, la, g.b, lb, &g.beta, g.d, ld, g.d, ld,
-                                           &it->second, s.workspace, kWorkspaceBytes, stream());
-  cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatmulDescDestroy(desc);
-  check_blas(st, "matmul");
+  check_blas(cublasLtMatmul(s.handle, desc.h, &alpha, g.a, la.h, g.b, lb.h, &g.beta, g.d, ld.h, g.d, ld.h, &it->second,
+                            s.workspace, kWorkspaceBytes, stream()),
+             "matmul");
 }
 
 }  // namespace

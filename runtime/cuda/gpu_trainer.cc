@@ -11,16 +11,21 @@
 #include "runtime/cuda/device_allocator.h"
 #include "runtime/cuda/gpu_model_cache.h"
 #include "runtime/cuda/stand_in_communicator.h"
+#include "runtime/pipeline_exchange.h"
+#include "runtime/watchdog.h"
 
 namespace parallax {
 
 namespace cu = kernels::cuda;
 
-Status check_gpu_support(const Plan& p) {
+Status check_gpu_support(const Plan& p, bool emulated) {
   auto no = [](const std::string& what) { return Error{"the GPU runtime does not execute " + what + " yet"}; };
   if (p.offload) return no("offload");
   if (p.zero > 1) return no("ZeRO-" + std::to_string(p.zero) + " (only 0 and 1; the CPU runtime executes 2 and 3)");
   if (p.virtual_stages > 1) return no("interleaved schedules (one model chunk per stage)");
+  if (!emulated && p.pp > 1)
+    if (Status s = check_exchanges(p.schedule, static_cast<int>(p.pp), static_cast<int>(p.micro_batches())); !s.ok())
+      return no("this pipeline: its blocking send/receive groups could deadlock (" + s.error() + ")");
   return Status::Ok();
 }
 
@@ -67,6 +72,7 @@ class GpuTrainerImpl final : public GpuTrainer {
   Plan plan_;
   GpuTrainOptions options_;
   RankCoords coords_;
+  std::unique_ptr<Watchdog> dog_;  // real ranks of a world of several
   cudaStream_t compute_ = nullptr, dp_stream_ = nullptr;
   cudaEvent_t step_start_ = nullptr, head_ready_ = nullptr, dp_done_ = nullptr;
   std::vector<cudaEvent_t> layer_events_;
@@ -90,6 +96,7 @@ class GpuTrainerImpl final : public GpuTrainer {
 
 template <class T>
 GpuTrainerImpl<T>::~GpuTrainerImpl() {
+  dog_.reset();
   if (compute_) cudaStreamSynchronize(compute_);
   if (dp_stream_) cudaStreamSynchronize(dp_stream_);
   for (EventPair& e : events_) cudaEventDestroy(e.begin), cudaEventDestroy(e.end);
@@ -106,6 +113,10 @@ Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
   const int rank = emulate ? options_.emulate_rank : world->rank();
   coords_ = rank_coords(plan_, rank);
   const int tp = static_cast<int>(plan_.tp), dp = static_cast<int>(plan_.dp), pp = static_cast<int>(plan_.pp);
+  // NcclCommunicator's waits watch themselves, but a rank whose GPU hangs in a collective is
+  // mostly not waiting: it blocks inside a kernel launch once the launch queue is full. This
+  // thread sees the host issue no op for the limit and ends the rank.
+  if (!emulate && world->size() > 1) dog_ = std::make_unique<Watchdog>(world->rank(), options_.watchdog_s);
   if (emulate) {
     tp_ = std::make_unique<StandInCommunicator>(tp, coords_.tp);
     dp_ = std::make_unique<StandInCommunicator>(dp, coords_.dp);
@@ -146,6 +157,9 @@ Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
   cu::fill_uniform(stage_in_.data(), boundary, 7, 1.0f);
   if (plan_.precision == Precision::kFp16) scaler_.scale = LossScaler::kInitial;
   cu::check(cudaStreamSynchronize(compute_), "trainer setup");
+  // The high-water mark counts training from here: setup briefly holds ZeRO-1's full fp32 master
+  // copy beside its shard, which no step does.
+  DeviceAllocator::instance().reset_peak();
   return Status::Ok();
 }
 
@@ -194,6 +208,7 @@ size_t GpuTrainerImpl<T>::mark(OpRecord::Kind kind, int mb, cudaStream_t stream)
   }
   if (kinds_.size() <= used_) kinds_.resize(used_ + 1);
   kinds_[used_] = {kind, mb};
+  if (dog_) dog_->enter("issuing " + OpRecord{kind, mb, 0}.name() + " behind GPU work that never finished");
   cu::check(cudaEventRecord(events_[used_].begin, stream), "event");
   return used_++;
 }
@@ -375,6 +390,7 @@ StepStats GpuTrainerImpl<T>::step(int64_t step_index) {
   }
   close(optimizer, compute_);
   resolve_records();
+  if (dog_) dog_->leave();
   return stats;
 }
 
@@ -406,7 +422,7 @@ Result<std::unique_ptr<GpuTrainer>> make(const ModelSpec& m, const Plan& plan, D
 Result<std::unique_ptr<GpuTrainer>> GpuTrainer::create(const ModelSpec& m, const Plan& plan, DeviceCommunicator* world,
                                                        const GpuTrainOptions& o) {
   const bool emulate = o.emulate_rank >= 0;
-  if (Status s = check_gpu_support(plan); !s.ok()) return Error{s.error()};
+  if (Status s = check_gpu_support(plan, emulate); !s.ok()) return Error{s.error()};
   if (emulate && o.emulate_rank >= plan.gpus())
     return Error{"--emulate-rank " + std::to_string(o.emulate_rank) + " is outside the plan's " +
                  std::to_string(plan.gpus()) + " ranks"};

@@ -8,8 +8,8 @@
 // overlap_grad_reduce assumes). Per-op times come from CUDA events; memory from the caching
 // DeviceAllocator's high-water mark.
 //
-// Real ranks: TP, PP (one model chunk per stage; GPipe, 1F1B and ZB-H1 op orders; a grouped NCCL
-// send/recv pair at each op boundary) and DP over NCCL, ZeRO 0 or 1 (one reduce-scatter of the
+// Real ranks: TP, PP (one model chunk per stage; GPipe, 1F1B and — where its groups cannot
+// deadlock — ZB-H1 op orders; a grouped NCCL send/recv pair at each op boundary) and DP over NCCL, ZeRO 0 or 1 (one reduce-scatter of the
 // gradients after the backward, AdamW on this rank's shard of the fp32 masters and moments, an
 // all-gather of the 16-bit weights). Rank emulation (`emulate_rank` >= 0): one GPU
 // runs rank R's share of any plan — its stage of the pipeline with the schedule's op order, its TP
@@ -32,10 +32,15 @@ struct GpuTrainOptions {
   TrainOptions train;
   int emulate_rank = -1;     // >= 0: emulate this rank of the plan on one GPU
   bool exact_init = true;    // the CPU runtime's initialization (else a fast on-device fill)
+  // Real ranks of a world of several: a host that cannot issue its next op for this long (its
+  // launch queue full behind a collective waiting on a failed peer) ends the rank with exit 3.
+  double watchdog_s = 60;
 };
 
 // The settings of `plan` the GPU runtime can execute, or an error naming the first one it cannot.
-Status check_gpu_support(const Plan& plan);
+// Real ranks also need a schedule whose send/receive groups cannot deadlock
+// (runtime/pipeline_exchange.h); emulated ones exchange with stand-ins that never wait.
+Status check_gpu_support(const Plan& plan, bool emulated = false);
 
 class GpuTrainer {
  public:

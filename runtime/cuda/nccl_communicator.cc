@@ -179,7 +179,7 @@ void NcclCommunicator::all_gather_async(void* out, const void* in, int64_t count
 
 void NcclCommunicator::group_start() {
   issue_pending_sends();
-  settle(ncclGroupStart(), "group start", -1);
+  check(Watch{comm_, world_rank_, watchdog_s_}, ncclGroupStart(), "group start");  // enqueues nothing to wait for
   ++group_depth_;
 }
 
@@ -245,7 +245,7 @@ void NcclCommunicator::issue_pending_sends() {
   if (pending_.empty()) return;
   std::vector<PendingSend> sends = std::move(pending_);
   pending_.clear();
-  settle(ncclGroupStart(), "group start", -1);
+  check(Watch{comm_, world_rank_, watchdog_s_}, ncclGroupStart(), "group start");
   ++group_depth_;
   for (PendingSend& s : sends) {
     settle(ncclSend(s.copy.data(), elements(s.copy.size()), ncclFloat32, s.peer, comm_, stream_), "send", s.copy.size());
@@ -258,7 +258,7 @@ void NcclCommunicator::issue_pending_sends() {
 template <class Op>
 void NcclCommunicator::grouped_p2p(const std::string& what, int64_t count, Op op) {
   fence_default_stream();
-  settle(ncclGroupStart(), "group start", -1);
+  check(Watch{comm_, world_rank_, watchdog_s_}, ncclGroupStart(), "group start");
   ++group_depth_;
   issue_pending_sends();
   op();
@@ -320,7 +320,7 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) { retu
 
 std::unique_ptr<NcclCommunicator> make_nccl_world(int rank, int world_size, const ncclUniqueId& id, int device,
                                                   double watchdog_s) {
-  const Watch w{nullptr, rank, watchdog_s};
+  const Watch w{nullptr, rank, std::max(watchdog_s, kNcclInitTimeoutS)};
   check_cuda(w, cudaSetDevice(device), "cudaSetDevice");
   ncclConfig_t config = non_blocking_config();
   ncclComm_t comm = nullptr;

@@ -120,8 +120,11 @@ class NcclCommunicator final : public DeviceCommunicator {
   DeviceArray<float> barrier_word_;
 };
 
-// Sets `device` current, creates the world communicator (non-blocking, initialization watched by
-// the same watchdog) and its stream. Every rank calls it with the same `id` and `world_size`.
+// Sets `device` current, creates the world communicator (non-blocking) and its stream. Every rank
+// calls it with the same `id` and `world_size`. Initialization is watched for at least
+// kNcclInitTimeoutS: it includes the CUDA context and NCCL's topology probe, which a short
+// collective watchdog must not mistake for a hang.
+constexpr double kNcclInitTimeoutS = 120;
 std::unique_ptr<NcclCommunicator> make_nccl_world(int rank, int world_size, const ncclUniqueId& id, int device,
                                                   double watchdog_s = 60);
 

@@ -43,6 +43,9 @@ template <class T>
 DeviceArray<T> to_device(const std::vector<T>& host) {
   DeviceArray<T> d(static_cast<int64_t>(host.size()));
   EXPECT_EQ(cudaMemcpy(d.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  // A copy from pageable memory may return before the data lands; the typed calls run on
+  // non-blocking streams that the legacy stream does not order.
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return d;
 }
 
@@ -92,7 +95,7 @@ TEST(NcclCommunicator, OneRankBf16AsyncCollectives) {
   world->all_gather_async(out.data(), data.data(), 3, DType::kBF16, stream);
   world->wait(stream, "all-gather");
   EXPECT_EQ(to_host(out), values);
-  ASSERT_EQ(cudaMemset(out.data(), 0, 3 * sizeof(uint16_t)), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(out.data(), 0, 3 * sizeof(uint16_t), stream), cudaSuccess);
   world->reduce_scatter_async(out.data(), data.data(), 3, DType::kBF16, stream);
   world->wait(stream, "reduce-scatter");
   EXPECT_EQ(to_host(out), values);
@@ -147,7 +150,7 @@ void sleep_10_s(void*) { std::this_thread::sleep_for(std::chrono::seconds(10)); 
 
 // A wait longer than the limit aborts the communicator and ends the process with exit code 3 and
 // one line naming the rank and the operation. The host function holds the stream for 10 s; the
-// limit of 3 s leaves the communicator's initialization time to finish first.
+// limit of 3 s applies to the wait alone (initialization has kNcclInitTimeoutS).
 TEST(NcclCommunicatorDeathTest, WatchdogEndsAStuckWait) {
   REQUIRE_DEVICE();
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts afresh: CUDA does not survive fork

@@ -1,0 +1,104 @@
+#include "runtime/pipeline_exchange.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace parallax {
+
+std::vector<P2pGroup> pipeline_exchanges(const std::vector<PipelineOp>& ops, int stage, int pp) {
+  const bool first = stage == 0, last = stage == pp - 1;
+  std::vector<P2pGroup> groups;
+  groups.reserve(ops.size() + 1);
+  P2pGroup pending;  // the previous op's output, still to be sent
+  for (const PipelineOp& op : ops) {
+    P2pGroup g;
+    if (op.kind == OpKind::kWeight) {
+      groups.push_back(g);
+      continue;
+    }
+    const bool forward = op.kind == OpKind::kForward;
+    g.send_to = pending.send_to, g.send_micro_batch = pending.send_micro_batch;
+    if (forward ? !first : !last) g.recv_from = forward ? stage - 1 : stage + 1, g.recv_micro_batch = op.micro_batch;
+    groups.push_back(g);
+    pending = P2pGroup{};
+    if (forward ? !last : !first) pending.send_to = forward ? stage + 1 : stage - 1, pending.send_micro_batch = op.micro_batch;
+  }
+  groups.push_back(pending);
+  return groups;
+}
+
+namespace {
+
+// One transfer: the n-th from `from` to `to` (NCCL matches in issue order per pair).
+using Transfer = std::pair<std::pair<int, int>, int>;
+
+struct StageGroups {
+  std::vector<std::vector<Transfer>> groups;  // steps: the non-empty rounds of the groups, in order
+  size_t next = 0;
+};
+
+}  // namespace
+
+Status check_exchanges(Schedule schedule, int pp, int micro_batches) {
+  const auto ops = pipeline_ops(schedule, pp, micro_batches, 1);
+  std::vector<StageGroups> stages(static_cast<size_t>(pp));
+  std::map<std::pair<int, int>, std::vector<int>> sent, received;  // micro-batches per (from, to)
+  for (int s = 0; s < pp; ++s) {
+    for (const P2pGroup& g : pipeline_exchanges(ops[s], s, pp)) {
+      if (g.empty()) continue;
+      std::vector<Transfer> t;
+      if (g.send_to >= 0) {
+        auto& list = sent[{s, g.send_to}];
+        t.push_back({{s, g.send_to}, static_cast<int>(list.size())}), list.push_back(g.send_micro_batch);
+      }
+      if (g.recv_from >= 0) {
+        auto& list = received[{g.recv_from, s}];
+        t.push_back({{g.recv_from, s}, static_cast<int>(list.size())}), list.push_back(g.recv_micro_batch);
+      }
+      // NCCL runs a group's transfers in rounds by peer distance: round d sends to s + d and
+      // receives from s - d (mod pp). Rounds may run one after another, so each is its own step.
+      const int send_round = g.send_to < 0 ? -1 : (g.send_to - s + pp) % pp;
+      const int recv_round = g.recv_from < 0 ? -1 : (s - g.recv_from + pp) % pp;
+      if (send_round >= 0 && recv_round >= 0 && send_round != recv_round) {
+        std::vector<Transfer> first{t[send_round < recv_round ? 0 : 1]}, second{t[send_round < recv_round ? 1 : 0]};
+        stages[s].groups.push_back(std::move(first)), stages[s].groups.push_back(std::move(second));
+      } else {
+        stages[s].groups.push_back(std::move(t));
+      }
+    }
+  }
+  const std::string name = std::string(schedule_name(schedule)) + " with pp " + std::to_string(pp) + " and " +
+                           std::to_string(micro_batches) + " micro-batches";
+  if (sent != received) return Error{name + ": a stage receives other micro-batches than its neighbour sends"};
+  // A transfer completes once both sides hold it in their current steps; a step ends once all its
+  // transfers have completed (a send and a receive of one round progress together).
+  std::set<Transfer> done;
+  auto current = [&](int s) -> const std::vector<Transfer>* {
+    return stages[s].next < stages[s].groups.size() ? &stages[s].groups[stages[s].next] : nullptr;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < pp; ++s) {
+      if (const std::vector<Transfer>* g = current(s))
+        for (const Transfer& t : *g) {
+          const std::vector<Transfer>* pg = current(t.first.first == s ? t.first.second : t.first.first);
+          if (!done.count(t) && pg && std::find(pg->begin(), pg->end(), t) != pg->end()) done.insert(t), progress = true;
+        }
+    }
+    for (int s = 0; s < pp; ++s) {
+      const std::vector<Transfer>* g = current(s);
+      if (g && std::all_of(g->begin(), g->end(), [&](const Transfer& t) { return done.count(t) > 0; }))
+        ++stages[s].next, progress = true;
+    }
+  }
+  for (int s = 0; s < pp; ++s)
+    if (stages[s].next < stages[s].groups.size())
+      return Error{name + ": stage " + std::to_string(s) + " would wait forever in send/receive step " +
+                   std::to_string(stages[s].next + 1) + " of " + std::to_string(stages[s].groups.size())};
+  return Status::Ok();
+}
+
+}  // namespace parallax

@@ -1,0 +1,35 @@
+// The blocking point-to-point groups a GPU pipeline stage issues between its ops, and a check
+// that a schedule's groups cannot deadlock. At each op boundary a stage issues one group that
+// sends the previous op's output and receives this op's input (Megatron's batched send/recv
+// pairs); the stage's compute stream waits for the whole group. NCCL matches a pair's transfers
+// in issue order, and a transfer larger than NCCL's buffers completes only when both sides have
+// posted it, so a group finishes only when every partner is inside its own current group. Whether
+// that holds depends on the schedule: 1F1B and GPipe always pair up; ZB-H1's list-scheduled order
+// can leave two neighbours each waiting in a group the other has not reached.
+#pragma once
+
+#include <vector>
+
+#include "models/status.h"
+#include "planner/schedule.h"
+
+namespace parallax {
+
+// One group; -1 where it has no send or no receive. Stages are pipeline ranks.
+struct P2pGroup {
+  int send_to = -1, send_micro_batch = -1;
+  int recv_from = -1, recv_micro_batch = -1;
+  bool empty() const { return send_to < 0 && recv_from < 0; }
+  bool operator==(const P2pGroup&) const = default;
+};
+
+// For each op of `ops` (one stage, one chunk per stage), the group issued before it; element
+// ops.size() is the last flush after the final op. W ops exchange nothing (empty groups).
+std::vector<P2pGroup> pipeline_exchanges(const std::vector<PipelineOp>& ops, int stage, int pp);
+
+// Plays every stage's groups in order, a transfer completing only with its partner (the
+// rendezvous case). Errors name the schedule and the first stage that would wait forever, or a
+// transfer whose two sides carry different micro-batches.
+Status check_exchanges(Schedule schedule, int pp, int micro_batches);
+
+}  // namespace parallax
