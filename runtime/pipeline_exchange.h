@@ -2,10 +2,10 @@
 // that a schedule's groups cannot deadlock. At each op boundary a stage issues one group that
 // sends the previous op's output and receives this op's input (Megatron's batched send/recv
 // pairs); the stage's compute stream waits for the whole group. NCCL matches a pair's transfers
-// in issue order, and a transfer larger than NCCL's buffers completes only when both sides have
-// posted it, so a group finishes only when every partner is inside its own current group. Whether
-// that holds depends on the schedule: 1F1B and GPipe always pair up; ZB-H1's list-scheduled order
-// can leave two neighbours each waiting in a group the other has not reached.
+// in issue order, a transfer larger than NCCL's buffers completes only when both sides have posted
+// it, and a group's transfers to different peer distances may run one round after another. Whether
+// every stage gets through depends on the schedule: 1F1B and GPipe always pair up; ZB-H1's
+// list-scheduled order can leave two neighbours each waiting in a round the other has not reached.
 #pragma once
 
 #include <vector>

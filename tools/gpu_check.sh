@@ -86,8 +86,9 @@ cat >"$W/plan-1.3b.json" <<'EOF'
  "schedule": "1f1b", "recompute": "none", "sequence_parallel": false, "precision": "bf16",
  "execution": {"attention": "flash", "fp32_gradients": true}}
 EOF
-train_13=(--plan "$W/plan-1.3b.json" --model gpt-1.3b --steps 6 --init fast --format json --trace "$W/measured-1.3b.json")
-run train_1.3b 150 "$B/bin/train" --device cuda "${train_13[@]}" --peak-tflops 989.4
+train_13=(--plan "$W/plan-1.3b.json" --model gpt-1.3b --steps 6 --init fast --peak-tflops 989.4 --format json
+  --trace "$W/measured-1.3b.json")
+run train_1.3b 150 "$B/bin/train" --device cuda "${train_13[@]}"
 rc=$?
 if ((rc != 0 && rc != 124 && rc != 137)); then  # not for a step that ran out of time: it would again
   cp "$W/train_1.3b.txt" "$W/train_1.3b_nccl.txt"

@@ -63,6 +63,10 @@ def free_comm_cluster(name, out):
         json.dump(c, f, indent=2)
 
 
+def times(x, k):
+    return x * k if isinstance(x, (int, float)) else None
+
+
 def rel(predicted, measured):
     ok = all(isinstance(x, (int, float)) and x == x and x != 0 for x in (predicted, measured))
     return predicted / measured - 1.0 if ok else None
@@ -130,8 +134,8 @@ def training_section(out):
     tflops = t.get("model_tflops_per_gpu")
     lines += ["losses %s" % ", ".join(num(x, "%.4f") for x in t.get("losses", [])),
               "", "tokens/s %s, model TFLOP/s %s, MFU %s of 989.4 TFLOP/s (%s of the 790 measured ceiling)%s"
-              % (num(t.get("tokens_per_s"), "%.0f"), num(tflops, "%.1f"), num(100 * t["mfu"], "%.1f%%") if "mfu" in t else "n/a",
-                 num(100 * tflops / 790.0, "%.1f%%") if tflops else "n/a",
+              % (num(t.get("tokens_per_s"), "%.0f"), num(tflops, "%.1f"), num(times(t.get("mfu"), 100), "%.1f%%"),
+                 num(times(tflops, 100 / 790.0), "%.1f%%"),
                  " [emulated: NCCL did not start]" if "emulated_rank" in t else ""),
               "", "MFU counts model FLOPs: 6 x parameters-in-matmuls per token + attention's QK^T and AV over the",
               "full s x s square (not halved for causality), the logits, no recompute (DESIGN.md).", ""]
@@ -144,9 +148,9 @@ def training_section(out):
               "| step time s | %s | %s | %s |" % (num(sim.get("step_time_s"), "%.4f"), num(t.get("step_time_s"), "%.4f"),
                                                err(sim.get("step_time_s"), t.get("step_time_s"))),
               "| allocated GiB (states + activations + buffers) | %s | %s | %s |"
-              % (num(allocated / GIB, "%.2f"), num(measured_mem and measured_mem / GIB, "%.2f"), err(allocated, measured_mem)),
-              "| peak GiB incl. margin and reserve | %s | | |" % num(sim.get("peak_memory_bytes", 0) / GIB, "%.2f")]
-    VERDICT["1.3B MFU"] = num(100 * t["mfu"], "%.1f%%") + " (target >= 50%)" if "mfu" in t else "n/a"
+              % (num(allocated / GIB, "%.2f"), num(times(measured_mem, 1 / GIB), "%.2f"), err(allocated, measured_mem)),
+              "| peak GiB incl. margin and reserve | %s | | |" % num(times(sim.get("peak_memory_bytes"), 1 / GIB), "%.2f")]
+    VERDICT["1.3B MFU"] = num(times(t.get("mfu"), 100), "%.1f%%") + " (target >= 50%)"
     VERDICT["1.3B step time error"] = verdict(rel(sim.get("step_time_s"), t.get("step_time_s")), 0.05)
     VERDICT["1.3B memory error"] = verdict(rel(allocated, measured_mem), 0.03)
     return lines
@@ -166,14 +170,14 @@ def emulation_section(out):
         p, m = op_medians(predicted, stage), op_medians(measured, stage)
         for kind in ("F", "B"):
             lines.append("| %d (%d) | %s median | %s | %s | %s |" % (
-                rank, stage, kind, num(p[kind] and 1e3 * p[kind], "%.2f"), num(m[kind] and 1e3 * m[kind], "%.2f"),
+                rank, stage, kind, num(times(p[kind], 1e3), "%.2f"), num(times(m[kind], 1e3), "%.2f"),
                 err(p[kind], m[kind])))
             VERDICT["13B stage %d %s error" % (stage, kind)] = err(p[kind], m[kind])
         if sim is not None:
             allocated = allocated_bytes(sim["stages"][stage]["memory_bytes"])
             measured_mem = t.get("peak_memory_bytes")
             lines.append("| %d (%d) | allocated GiB | %s | %s | %s |" % (
-                rank, stage, num(allocated / GIB, "%.2f"), num(measured_mem and measured_mem / GIB, "%.2f"),
+                rank, stage, num(allocated / GIB, "%.2f"), num(times(measured_mem, 1 / GIB), "%.2f"),
                 err(allocated, measured_mem)))
     return lines
 

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -29,7 +28,6 @@ using AlgoKey = std::tuple<bool, bool, int, int, int, int, int, int, int, int, u
 // One handle and workspace serve the process: every GEMM runs on the current stream of the one
 // device a rank owns (communication streams run no GEMMs), so the workspace is never shared by
 // two kernels at once.
-
 struct Lt {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;

@@ -25,7 +25,7 @@ Status check_gpu_support(const Plan& p, bool emulated) {
   if (p.virtual_stages > 1) return no("interleaved schedules (one model chunk per stage)");
   if (!emulated && p.pp > 1)
     if (Status s = check_exchanges(p.schedule, static_cast<int>(p.pp), static_cast<int>(p.micro_batches())); !s.ok())
-      return no("this pipeline: its blocking send/receive groups could deadlock (" + s.error() + ")");
+      return Error{"the GPU runtime refuses " + s.error() + ": its blocking send/receive pairs could deadlock (--emulate-rank runs it)"};
   return Status::Ok();
 }
 
