@@ -122,9 +122,8 @@ std::unique_ptr<NcclCommunicator> nccl_world(const TrainFlags& o, Communicator& 
     fail_all(cpu_world, "MPI started " + std::to_string(size) +
                             " ranks but no launcher variable gives each one's local rank (OMPI_COMM_WORLD_LOCAL_RANK, "
                             "MPI_LOCALRANKID, SLURM_LOCALID or LOCAL_RANK)");
-  if (mpi && launch->world_size != size)
-    fail_all(cpu_world, launch->launcher + " says the world has " + std::to_string(launch->world_size) +
-                            " ranks but MPI has " + std::to_string(size));
+  if (mpi)
+    if (Status s = check_launch(*launch, size); !s.ok()) fail_all(cpu_world, s.error());
   int devices = 0;
   kernels::cuda::check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
   // One visible device per process (srun --gpus-per-task, a CUDA_VISIBLE_DEVICES per rank) is

@@ -16,14 +16,16 @@ class LaunchEnv : public ::testing::Test {
   void set(const std::map<std::string, std::string>& vars) {
     for (const auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
   }
+  void clear() {
+    for (const char* k : kVars) unsetenv(k);
+  }
   void SetUp() override {
-    for (const char* k : kVars) {
+    for (const char* k : kVars)
       if (const char* v = std::getenv(k)) saved_[k] = v;
-      unsetenv(k);
-    }
+    clear();
   }
   void TearDown() override {
-    for (const char* k : kVars) unsetenv(k);
+    clear();
     for (const auto& [k, v] : saved_) setenv(k.c_str(), v.c_str(), 1);
   }
 
@@ -49,7 +51,7 @@ TEST_F(LaunchEnv, OpenMpiAndHydra) {
   EXPECT_EQ(l->rank, 5);
   EXPECT_EQ(l->world_size, 16);
   EXPECT_EQ(l->local_rank, 1);
-  SetUp();
+  clear();
   set({{"PMI_RANK", "3"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "3"}});
   l = launch_info_from_env();
   ASSERT_TRUE(l.ok());
