@@ -27,7 +27,7 @@ void BM_Simulate1T16k(benchmark::State& state) {
   for (auto _ : state) {
     Result<Simulation> sim = simulate_step(m, c, p);
     events += sim->timeline.events;
-    benchmark::DoNotOptimize(sim->estimate.step_time_s);
+    benchmark::DoNotOptimize(sim->report.step_time_s);
   }
   state.counters["events_per_s"] = benchmark::Counter(double(events), benchmark::Counter::kIsRate);
   state.counters["events"] = double(events) / double(state.iterations());

@@ -31,6 +31,7 @@ void read_gpt2(JsonFields& f, ModelSpec& m) {
   m.ffn_hidden = f.optional_int("n_inner").value_or(4 * m.hidden);
   m.tied_embeddings = f.optional_bool("tie_word_embeddings", true);
   m.linear_bias = true;
+  m.norm_eps = f.optional_number("layer_norm_epsilon").value_or(1e-5);  // GPT2Config's default
   // GPT2Config's defaults for the three dropouts are 0.1.
   m.dropout = !f.has("resid_pdrop") && !f.has("attn_pdrop") && !f.has("embd_pdrop")
                   ? true
@@ -56,6 +57,7 @@ void read_llama_family(JsonFields& f, ModelSpec& m) {
   m.qkv_bias = m.model_type == "qwen2" || f.optional_bool("attention_bias", false);
   m.dropout = any_dropout(f, {"attention_dropout", "hidden_dropout"});
   m.rope_theta = f.optional_number("rope_theta").value_or(10000.0);
+  m.norm_eps = f.optional_number("rms_norm_eps").value_or(1e-6);  // LlamaConfig's default
   if (m.model_type == "mixtral") {
     m.experts = f.required_int("num_local_experts");
     m.experts_per_token = f.required_int("num_experts_per_tok");
@@ -108,11 +110,6 @@ void check_sizes(JsonFields& f, const ModelSpec& m) {
 }
 
 }  // namespace
-
-std::string ModelSpec::architecture() const {
-  std::string base = mlp == Mlp::kGelu ? "gpt" : "llama";
-  return is_moe() ? base + "-moe" : base;
-}
 
 Result<ModelSpec> model_from_hf_config(const nlohmann::json& config, const std::string& where) {
   JsonFields f(config, where);

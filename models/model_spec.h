@@ -38,11 +38,11 @@ struct ModelSpec {
   int64_t experts_per_token = 1;  // Mixtral: num_experts_per_tok (top-k)
   bool dropout = false;           // any dropout > 0: 1-byte masks are stored (Korthikanti)
   double rope_theta = 10000.0;    // rotary base (Hugging Face's default when absent)
+  double norm_eps = 1e-5;         // rms_norm_eps (Llama family) or layer_norm_epsilon (GPT-2)
 
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
   bool is_moe() const { return experts > 1; }
-  std::string architecture() const;  // "gpt" or "llama" family, for reports
 };
 
 // Reads a Hugging Face config.json object; `where` names the source in error messages.

@@ -9,28 +9,11 @@
 
 #include "models/model_spec.h"
 #include "planner/memory_model.h"
-#include "planner/plan.h"
+#include "program/plan.h"
 #include "simulator/cluster_spec.h"
+#include "simulator/step_costs.h"
 
 namespace parallax {
-
-// One layer, one micro-batch, one GPU; TP collectives included.
-struct LayerTiming {
-  double forward_s = 0;
-  double backward_input_s = 0;  // incl. what recompute re-runs
-  double backward_weight_s = 0;
-  double tp_comm_s = 0;         // the TP collective time inside the three above
-  double tp_forward_s = 0, tp_backward_input_s = 0, tp_backward_weight_s = 0;  // its split by pass
-  double tp_bytes = 0;          // bytes this GPU sends in TP collectives, forward + backward
-};
-LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
-
-// The embedding (first stage) and the output layer with the loss (last stage), one micro-batch.
-struct EdgeTiming {
-  double first_forward_s = 0, first_backward_s = 0;
-  double last_forward_s = 0, last_backward_input_s = 0, last_backward_weight_s = 0;
-};
-EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
 
 // Per micro-batch times of one pipeline stage: forward, input-gradient and weight-gradient passes.
 struct StageTimes {
@@ -56,14 +39,22 @@ struct TierBytes {
 };
 TierBytes bytes_by_tier(const ClusterSpec& c, const Plan& plan, const CommBytes& bytes);
 
-struct Estimate {
+// What a prediction of one step says, whichever way it was made: the closed forms below
+// (estimate_step) or the discrete-event simulation (planner/simulation.h). Every report, table and
+// exporter reads this one type.
+//
+// Bubble fraction (one definition, README "Bubble"): the pipeline phase runs from the step's start
+// to the end of the last F, B or W on any stage (pipeline_s); a stage's bubble is the part of that
+// phase its compute stream does no F, B or W; bubble_fraction is the mean over stages of bubble /
+// pipeline_s. `compare` computes the same from traces.
+struct StepReport {
+  const char* method = "estimate";  // "estimate" | "simulation"
   double step_time_s = 0;
-  double pipeline_s = 0;       // forward/backward over all micro-batches, bubbles included
-  double bubble_fraction = 0;  // idle share of pipeline_s, averaged over stages
+  double pipeline_s = 0;       // start of the step to the end of the last F/B/W, bubbles included
+  double bubble_fraction = 0;
   double dp_exposed_s = 0;     // DP / ZeRO communication not hidden behind compute
   double optimizer_s = 0;      // incl. offload transfers
   double overhead_s = 0;
-  double stage_forward_s = 0, stage_backward_s = 0;  // per micro-batch, slowest stage
   double tp_exposed_s = 0;     // TP collectives on the critical path per step
   double model_flops = 0, hardware_flops = 0;
   double tokens_per_s = 0, mfu = 0, model_tflops_per_gpu = 0, hardware_tflops_per_gpu = 0;
@@ -75,32 +66,15 @@ struct Estimate {
   bool fits_in_host_memory = false;
 };
 
-// One pipeline transfer: the boundary activation (or its gradient) of one micro-batch. Megatron
-// splits it over the TP ranks, each sending 1/t (scatter-gather); without SP the receiver then
-// all-gathers it over TP, which is part of the transfer's time.
-struct P2pCost {
-  double bytes = 0;   // sent by one GPU
-  double time_s = 0;  // until the receiver holds the whole tensor
-};
-P2pCost pipeline_transfer(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
-
-// Optimizer step of one GPU holding `stage_params` parameters before ZeRO sharding: memory-bound
-// passes over the local shard — overflow check and gradient norm (read g each), Adam (read g, read
-// and write fp32 master, m, v), cast to 16-bit weights (read 4, write 2), zero the gradients
-// (write g): 4g + 30 bytes per parameter, g the gradient bytes (2, or 4 with fp32_gradients; fp32:
-// no cast, 3g + 24) — at the optimizer efficiency of HBM bandwidth on the GPU, or (offload) on the
-// host plus the PCIe copies of gradients down and weights up.
-double optimizer_step_s(const ClusterSpec& c, const Plan& plan, double stage_params);
-
 // Precondition: check_plan(plan, m, c.node.gpus) is ok.
-Estimate estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
+StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
 // Fills what follows from step_time_s, comm_bytes_per_gpu and memory: bytes by tier, model and
 // hardware FLOPs, tokens/s, TFLOP/s per GPU, MFU, peak memory and whether it fits.
-void finish_estimate(const ModelSpec& m, const ClusterSpec& c, const Plan& plan, Estimate& e);
+void finish_report(const ModelSpec& m, const ClusterSpec& c, const Plan& plan, StepReport& e);
 
 // The same with the per-layer and edge timings precomputed (they depend only on t, b, s, SP,
 // recompute, precision and the execution settings), for the search's inner loop.
-Estimate estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan,
+StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan,
                        const LayerTiming& layer, const EdgeTiming& edge);
 
 }  // namespace parallax

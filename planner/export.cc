@@ -9,7 +9,7 @@ namespace {
 int64_t whole_bytes(double bytes) { return std::isfinite(bytes) && bytes < 9e18 ? std::llround(bytes) : -1; }
 }  // namespace
 
-nlohmann::json evaluation_to_json(const ModelSpec& m, const Plan& plan, const Estimate& e) {
+nlohmann::json evaluation_to_json(const ModelSpec& m, const Plan& plan, const StepReport& e) {
   nlohmann::json j = plan_to_json(plan);
   j["gpus"] = plan.gpus();
   j["micro_batches"] = plan.micro_batches();

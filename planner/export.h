@@ -9,12 +9,12 @@
 
 #include "models/model_spec.h"
 #include "planner/estimate.h"
-#include "planner/plan.h"
+#include "program/plan.h"
 
 namespace parallax {
 
 // The plan's fields plus params_total, memory_bytes{...}, peak_memory_bytes, step_time_s, ...
-nlohmann::json evaluation_to_json(const ModelSpec& m, const Plan& plan, const Estimate& e);
+nlohmann::json evaluation_to_json(const ModelSpec& m, const Plan& plan, const StepReport& e);
 
 Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& plan);
 Result<nlohmann::json> deepspeed_config(const Plan& plan);

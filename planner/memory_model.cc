@@ -9,17 +9,6 @@ double d(int64_t x) { return static_cast<double>(x); }
 constexpr double kMiB = 1048576.0;
 }  // namespace
 
-ModelStateBytesPerParam bytes_per_param(Precision p, bool fp32_gradients) {
-  // Mixed precision: 16-bit weights and gradients (fp32 with fp32_gradients), fp32 master weights
-  // + Adam m and v (K = 12). fp32: weights, gradients, m, v at 4 bytes each.
-  if (p == Precision::kFp32) return {4, 4, 8};
-  return {2, fp32_gradients ? 4.0 : 2.0, 12};
-}
-
-ModelStateBytesPerParam bytes_per_param(const Plan& plan) {
-  return bytes_per_param(plan.precision, plan.execution.fp32_gradients);
-}
-
 double zero_model_state_bytes(double params, int64_t dp, int zero_stage, Precision p, bool fp32_gradients) {
   const ModelStateBytesPerParam b = bytes_per_param(p, fp32_gradients);
   const double n = d(dp);
@@ -40,25 +29,8 @@ int64_t in_flight_chunk_passes(Schedule s, int64_t pp, int64_t m, int64_t v, int
   return m;
 }
 
-double stage_params_per_gpu(const ModelSpec& m, const Plan& plan, int64_t stage) {
-  const LayerParams lp = layer_params(m);
-  const EdgeParams e = edge_params(m);
-  const double t = d(plan.tp);
-  double params = d(m.layers / plan.pp) * (d(lp.tp_sharded) / t + d(lp.replicated));
-  if (stage == 0) params += d(e.token_embedding) / t + d(e.position_embedding);
-  if (stage == plan.pp - 1) {
-    params += d(e.final_norm);
-    // Megatron keeps a copy of a tied embedding on the last stage and all-reduces its gradient.
-    if (m.tied_embeddings) {
-      if (plan.pp > 1) params += d(e.token_embedding) / t;
-    } else {
-      params += d(e.output_head) / t;
-    }
-  }
-  return params;
-}
-
-MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage, double reserved_bytes) {
+MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage, double reserved_bytes,
+                             int64_t in_flight) {
   MemoryBreakdown mem;
   const ModelStateBytesPerParam bpp = bytes_per_param(plan);
   const double params = stage_params_per_gpu(m, plan, stage);
@@ -79,7 +51,8 @@ MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage
                              plan.recompute, plan.execution.attention};
   const int64_t mbs = plan.micro_batches();
   const double per_layer = layer_activation_bytes(m, ao).total();
-  const int64_t passes = in_flight_chunk_passes(plan.schedule, plan.pp, mbs, plan.virtual_stages, stage);
+  const int64_t passes =
+      in_flight >= 0 ? in_flight : in_flight_chunk_passes(plan.schedule, plan.pp, mbs, plan.virtual_stages, stage);
   double acts = d(passes) * d(plan.layers_per_chunk(m.layers)) * per_layer;
   const bool gpipe = plan.schedule == Schedule::kGpipe;
   if (stage == 0) acts += first_stage_extra_activation_bytes(m, ao) * d(gpipe ? mbs : std::min(plan.pp, mbs));

@@ -11,18 +11,10 @@
 
 #include "models/layer_cost.h"
 #include "models/model_spec.h"
-#include "planner/plan.h"
+#include "program/model_state.h"
+#include "program/plan.h"
 
 namespace parallax {
-
-struct ModelStateBytesPerParam {
-  double weights, gradients, optimizer;
-};
-// The one place the bytes of each model state are decided: `fp32_gradients` makes 16-bit
-// precisions keep (and reduce) 4-byte gradients; fp32 has them already.
-ModelStateBytesPerParam bytes_per_param(Precision p, bool fp32_gradients);
-// The plan's precision and execution.fp32_gradients.
-ModelStateBytesPerParam bytes_per_param(const Plan& plan);
 
 // ZeRO (Rajbhandari et al. 2020) model-state bytes per GPU for `params` parameters over `dp` ranks.
 double zero_model_state_bytes(double params, int64_t dp, int zero_stage, Precision p, bool fp32_gradients = false);
@@ -33,9 +25,6 @@ double zero_model_state_bytes(double params, int64_t dp, int zero_stage, Precisi
 // peak, p, but later stages defer W passes up to it (planner/schedule.cc).
 int64_t in_flight_chunk_passes(Schedule s, int64_t pp, int64_t micro_batches, int64_t chunks, int64_t stage);
 
-// Parameters held by one GPU of pipeline stage `stage` before ZeRO sharding.
-double stage_params_per_gpu(const ModelSpec& m, const Plan& plan, int64_t stage);
-
 struct MemoryBreakdown {
   double weights = 0, gradients = 0, optimizer = 0, activations = 0, buffers = 0;
   double margin = 0;    // allocator margin + the cluster's reserved memory
@@ -44,7 +33,10 @@ struct MemoryBreakdown {
 };
 
 // `reserved_bytes`: the cluster's per-GPU reserve (CUDA context, library workspaces).
-MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage, double reserved_bytes);
+// `in_flight`: chunk-passes held at the peak (the simulation counts them on the schedule; -1: the
+// closed form above).
+MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage, double reserved_bytes,
+                             int64_t in_flight = -1);
 // The stage with the largest total.
 MemoryBreakdown peak_memory(const ModelSpec& m, const Plan& plan, double reserved_bytes);
 

@@ -172,13 +172,13 @@ std::vector<RankedPlan> rank_by_simulation(const ModelSpec& m, const ClusterSpec
   double floor_ratio = 1.0;
   for (const RankedPlan& cand : candidates) {
     if (best.size() >= k && static_cast<size_t>(counts.simulated) >= 2 * k + kMinSimulatedExtra &&
-        cand.estimate.step_time_s * floor_ratio * (1 - kPruneMargin) > best.back().estimate.step_time_s)
+        cand.report.step_time_s * floor_ratio * (1 - kPruneMargin) > best.back().report.step_time_s)
       break;
     Result<Simulation> sim = simulate_step(m, c, cand.plan);
     ++counts.simulated;
     if (!sim.ok()) continue;  // a schedule the engine cannot run is not ranked
-    const Estimate& e = sim->estimate;
-    floor_ratio = std::min(floor_ratio, e.step_time_s / cand.estimate.step_time_s);
+    const StepReport& e = sim->report;
+    floor_ratio = std::min(floor_ratio, e.step_time_s / cand.report.step_time_s);
     if (!e.fits_in_memory) {
       ++counts.rejected[static_cast<size_t>(Rejection::kOutOfMemory)];
       --counts.feasible;
@@ -205,9 +205,9 @@ const char* rejection_key(size_t index) {
 }
 
 bool ranks_before(const RankedPlan& a, const RankedPlan& b) {
-  if (a.estimate.step_time_s != b.estimate.step_time_s) return a.estimate.step_time_s < b.estimate.step_time_s;
-  if (a.estimate.peak_memory_bytes != b.estimate.peak_memory_bytes)
-    return a.estimate.peak_memory_bytes < b.estimate.peak_memory_bytes;
+  if (a.report.step_time_s != b.report.step_time_s) return a.report.step_time_s < b.report.step_time_s;
+  if (a.report.peak_memory_bytes != b.report.peak_memory_bytes)
+    return a.report.peak_memory_bytes < b.report.peak_memory_bytes;
   auto key = [](const Plan& p) {
     return std::make_tuple(p.tp, p.pp, p.dp, p.zero, p.micro_batch, static_cast<int>(p.schedule),
                            p.virtual_stages, static_cast<int>(p.recompute), p.sequence_parallel, p.offload);

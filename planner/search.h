@@ -13,7 +13,7 @@
 
 #include "models/model_spec.h"
 #include "planner/estimate.h"
-#include "planner/plan.h"
+#include "program/plan.h"
 #include "simulator/cluster_spec.h"
 
 namespace parallax {
@@ -41,7 +41,7 @@ const char* rejection_key(size_t index);  // violation_key or "redundant", "out_
 
 struct RankedPlan {
   Plan plan;
-  Estimate estimate;
+  StepReport report;
 };
 
 struct SearchResult {

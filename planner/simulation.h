@@ -1,27 +1,28 @@
-// simulate_step: one training step of a plan through the discrete-event engine — lower the plan
-// to a task graph, run it, and summarise: step time, per-stage busy / bubble / exposed PP and DP
-// time, peak memory with activations held as the schedule holds them, bytes moved, FLOP/s and MFU.
-// The summary fills the same Estimate the analytical model produces, so every report and
-// exporter reads either.
+// simulate_step: one training step of a plan through the discrete-event engine — the way reads
+// plan -> StepProgram (program/) -> per-op costs (simulator/step_costs.h) -> task graph
+// (lowering.h) -> timeline (simulator/engine.h) -> report. Everything in the result comes from the
+// timeline and the program: step time; per stage busy, bubble, exposed TP / PP / DP time and peak
+// memory with activations held as the schedule holds them; bytes moved; FLOP/s and MFU. The
+// StepReport is the same type the analytical estimate fills, so every table and exporter reads
+// either.
 #pragma once
 
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "planner/estimate.h"
 #include "planner/lowering.h"
 #include "simulator/engine.h"
 
-#include <nlohmann/json.hpp>
-
 namespace parallax {
 
 struct StageReport {
   double busy_s = 0;        // F/B/W compute, TP collectives inside included
-  double bubble_s = 0;      // compute stream idle before the stage's pipeline work ends
-  double exposed_pp_s = 0;  // compute waiting for an activation or gradient in flight
-  double exposed_dp_s = 0;  // waiting for DP/ZeRO communication: stalls, before and after the optimizer
-  double dp_stall_s = 0;    // of which blocking ZeRO-2/3 reductions between ops
-  double tp_s = 0;          // TP collectives on the critical path
+  double bubble_s = 0;      // the pipeline phase less busy_s (StepReport's definition)
+  double exposed_pp_s = 0;  // compute waiting for a pipeline transfer
+  double exposed_dp_s = 0;  // compute waiting for DP/ZeRO communication, and the step's tail after the pipeline
+  double tp_s = 0;          // TP collectives inside compute ops (on the critical path)
   double pipeline_end_s = 0;
   int64_t peak_in_flight = 0;  // chunk-passes whose activations the stage holds at its peak
   MemoryBreakdown memory;
@@ -29,22 +30,26 @@ struct StageReport {
 
 struct Simulation {
   Plan plan;
-  Estimate estimate;
+  StepReport report;
   std::vector<StageReport> stages;
   LoweredStep step;
   Timeline timeline;
+  std::vector<std::vector<double>> tp_s;  // per stage, per program op: TP time inside it
 };
 
-// Precondition: check_plan(plan, m, c.node.gpus) is ok. Errors: a deadlocked schedule.
+// Precondition: check_plan(plan, m, c.node.gpus) is ok. Errors: a deadlocked program.
 Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
 
 // Per stage: busy, bubble, exposed TP / PP / DP seconds, peak in flight and memory by category.
 nlohmann::json stage_reports_json(const Simulation& sim);
 
-// The Chrome trace of a simulation: its tasks, the TP collectives inside every layer of every op
-// ("allreduce tp layer=K", or "reduce-scatter tp layer=K" with SP), and the activation bytes each
-// stage holds over time.
-nlohmann::json simulation_trace(const ModelSpec& m, const Plan& plan, const Simulation& sim,
-                                const nlohmann::json& metadata);
+// The Chrome trace of a simulation (program/trace_schema.h): one event per program op under its
+// canonical name — a receive spans from its posting to the data's arrival, as the runtimes measure
+// it — one "tp ..." event per compute op with TP collectives, and the activation bytes each stage
+// holds over time.
+nlohmann::json simulation_trace(const Simulation& sim, const nlohmann::json& metadata);
+
+// The pipeline chart (SVG) of a simulation.
+std::string simulation_svg(const Simulation& sim, const std::string& title);
 
 }  // namespace parallax

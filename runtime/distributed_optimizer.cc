@@ -5,53 +5,52 @@
 
 namespace parallax {
 
-DistributedOptimizer::DistributedOptimizer(std::vector<Param*> params, Communicator& dp,
+DistributedOptimizer::DistributedOptimizer(const FlatLayout& layout, Communicator& dp,
                                            std::function<bool(const Param*)> counted)
-    : params_(std::move(params)), dp_(dp) {
+    : layout_(layout), dp_(dp) {
   int64_t total = 0;
-  for (Param* p : params_) {
-    offset_.push_back(total);
-    total += p->size;
-  }
-  const int64_t d = dp.size();
-  shard_ = (total + d - 1) / d;
-  const int64_t lo = dp.rank() * shard_;
-  master_.assign(shard_, 0.0f);
-  m_.assign(shard_, 0.0f);
-  v_.assign(shard_, 0.0f);
-  grad_.assign(shard_, 0.0f);
-  counted_.assign(shard_, 0);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const int64_t begin = std::max(offset_[i], lo), end = std::min<int64_t>(offset_[i] + params_[i]->size, lo + shard_);
-    for (int64_t e = begin; e < end; ++e) {
-      master_[e - lo] = params_[i]->value[e - offset_[i]];
-      counted_[e - lo] = counted(params_[i]) ? 1 : 0;
-    }
+  for (int64_t b = 0; b < layout.buckets(); ++b) at_.push_back(total), total += piece(b);
+  master_.assign(total, 0.0f), m_.assign(total, 0.0f), v_.assign(total, 0.0f), grad_.assign(total, 0.0f);
+  counted_.assign(total, 0);
+  for (int64_t b = 0; b < layout.buckets(); ++b) {
+    const ElementRange r = layout.bucket(b);
+    const int64_t lo = r.begin + dp.rank() * piece(b), hi = std::min(r.end, lo + piece(b));
+    if (lo >= hi) continue;
+    layout.copy_values({lo, hi}, master_.data() + at_[b]);
+    for (int64_t e = lo; e < hi; ++e) counted_[at_[b] + e - lo] = counted(layout.param_at(e)) ? 1 : 0;
   }
 }
 
+int64_t DistributedOptimizer::piece(int64_t b) const {
+  const ElementRange r = layout_.bucket(b);
+  return (r.end - r.begin + dp_.size() - 1) / dp_.size();
+}
+
+void DistributedOptimizer::reduce_bucket(int64_t b) {
+  const ElementRange r = layout_.bucket(b);
+  const int64_t n = piece(b);
+  Buffer flat(n * dp_.size(), 0.0f), mine(n);
+  layout_.copy_grads(r, flat.data());
+  layout_.zero_grads(r);
+  dp_.reduce_scatter(mine.data(), flat.data(), n);
+  for (int64_t e = 0; e < n; ++e) grad_[at_[b] + e] += mine[e];
+}
+
 void DistributedOptimizer::reduce_gradients() {
-  Buffer flat(shard_ * dp_.size(), 0.0f), mine(shard_);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    std::copy(params_[i]->grad.begin(), params_[i]->grad.end(), flat.begin() + offset_[i]);
-    std::fill(params_[i]->grad.begin(), params_[i]->grad.end(), 0.0f);
-  }
-  dp_.reduce_scatter(mine.data(), flat.data(), shard_);
-  for (int64_t e = 0; e < shard_; ++e) grad_[e] += mine[e];
+  for (int64_t b = 0; b < layout_.buckets(); ++b) reduce_bucket(b);
 }
 
 double DistributedOptimizer::shard_sumsq() const {
   double s = 0;
-  for (int64_t e = 0; e < shard_; ++e)
+  for (size_t e = 0; e < grad_.size(); ++e)
     if (counted_[e]) s += static_cast<double>(grad_[e]) * grad_[e];
   return s;
 }
 
 void DistributedOptimizer::step(const kernels::AdamWConfig& cfg, int step, float grad_scale) {
-  kernels::adamw_update(master_.data(), grad_.data(), m_.data(), v_.data(), static_cast<long>(shard_), cfg, step,
-                        grad_scale);
+  kernels::adamw_update(master_.data(), grad_.data(), m_.data(), v_.data(), static_cast<long>(master_.size()), cfg,
+                        step, grad_scale);
   std::fill(grad_.begin(), grad_.end(), 0.0f);
-  if (keep_parameters_) gather_parameters();
 }
 
 void DistributedOptimizer::discard_gradients() { std::fill(grad_.begin(), grad_.end(), 0.0f); }
@@ -60,15 +59,20 @@ void DistributedOptimizer::poison_gradient() {
   if (!grad_.empty()) grad_[0] = std::numeric_limits<float>::infinity();
 }
 
+void DistributedOptimizer::gather_bucket(int64_t b) {
+  const ElementRange r = layout_.bucket(b);
+  const int64_t n = piece(b);
+  Buffer flat(n * dp_.size());
+  dp_.all_gather(flat.data(), master_.data() + at_[b], n);
+  layout_.set_values(r, flat.data());
+}
+
 void DistributedOptimizer::gather_parameters() {
-  Buffer flat(shard_ * dp_.size());
-  dp_.all_gather(flat.data(), master_.data(), shard_);
-  for (size_t i = 0; i < params_.size(); ++i)
-    params_[i]->value.assign(flat.begin() + offset_[i], flat.begin() + offset_[i] + params_[i]->size);
+  for (int64_t b = 0; b < layout_.buckets(); ++b) gather_bucket(b);
 }
 
 void DistributedOptimizer::release_parameters() {
-  for (Param* p : params_) Buffer().swap(p->value);
+  for (Param* p : layout_.params()) Buffer().swap(p->value);
 }
 
 }  // namespace parallax

@@ -1,9 +1,11 @@
-// DistributedOptimizer: ZeRO-1, 2 and 3 for the CPU runtime. The DP group splits the flattened
-// parameters of a rank into equal shards; each DP rank keeps the AdamW moments and master copy of
-// its shard only, receives its shard's summed gradients by reduce-scatter (ZeRO-1 once per step,
-// ZeRO-2 after every micro-batch so the full gradient never has to outlive it), updates the shard
-// and all-gathers the updated parameters. ZeRO-3 keeps no full parameters between ops: the trainer
-// gathers them before each forward or backward and releases them after.
+// DistributedOptimizer: ZeRO-1, 2 and 3 for the CPU runtime. The rank's flat parameters are cut
+// into the step program's gradient buckets (runtime/flat_layout.h); each bucket is split into dp
+// equal pieces (padded), and each DP rank keeps the AdamW moments and fp32 master copy of its piece
+// of every bucket — Megatron's distributed-optimizer layout. A bucket's gradients reach their
+// owners by one reduce-scatter (ZeRO-1 once per step, ZeRO-2/3 after every micro-batch so the full
+// gradient never outlives it); updated weights come back by one all-gather per bucket. ZeRO-3 keeps
+// no full parameters between ops: the trainer gathers them before each forward or backward and
+// releases them after.
 #pragma once
 
 #include <functional>
@@ -11,42 +13,44 @@
 
 #include "kernels/adamw.h"
 #include "runtime/communicator.h"
-#include "runtime/transformer.h"
+#include "runtime/flat_layout.h"
 
 namespace parallax {
 
 class DistributedOptimizer {
  public:
   // `counted(p)`: whether p's gradient enters this rank's share of the global norm (a parameter
-  // replicated over TP counts on one TP rank only).
-  DistributedOptimizer(std::vector<Param*> params, Communicator& dp, std::function<bool(const Param*)> counted);
+  // replicated over TP counts on one TP rank only). `layout` must outlive the optimizer.
+  DistributedOptimizer(const FlatLayout& layout, Communicator& dp, std::function<bool(const Param*)> counted);
 
-  // Reduce-scatters the parameters' gradients into this rank's shard (adding to what is there)
-  // and zeroes them.
+  // Reduce-scatters bucket b's gradients into this rank's piece (adding to what is there) and
+  // zeroes them; reduce_gradients() does every bucket.
+  void reduce_bucket(int64_t b);
   void reduce_gradients();
-  // Sum of squares of this rank's shard of counted gradients.
+  // Sum of squares of this rank's counted gradient elements.
   double shard_sumsq() const;
-  // AdamW on the shard with gradients scaled by `grad_scale`, then all-gather the parameters;
-  // clears the shard's gradients.
+  // AdamW on the pieces with gradients scaled by `grad_scale`; clears their gradients. The
+  // parameters change only when gathered.
   void step(const kernels::AdamWConfig& cfg, int step, float grad_scale);
-  // ZeRO-3: all-gather the parameters from the shards into Param::value, and free them again.
+  // All-gathers bucket b's parameters from the pieces into Param::value; gather_parameters() every
+  // bucket; release_parameters() frees every Param::value (ZeRO-3).
+  void gather_bucket(int64_t b);
   void gather_parameters();
   void release_parameters();
-  void set_keep_parameters(bool keep) { keep_parameters_ = keep; }
-  // Drops the shard's gradients (a skipped step); poisons one (a test hook for overflow).
+  // Drops the pieces' gradients (a skipped step); poisons one (a test hook for overflow).
   void discard_gradients();
   void poison_gradient();
-  // The shard's state (master copy, moments) for checkpoints.
+  // The pieces' state (master copy, moments) for checkpoints.
   std::vector<Buffer*> state() { return {&master_, &m_, &v_}; }
 
  private:
-  std::vector<Param*> params_;
+  int64_t piece(int64_t b) const;  // elements per rank of bucket b (padded)
+
+  const FlatLayout& layout_;
   Communicator& dp_;
-  std::vector<int64_t> offset_;  // of each parameter in the flat vector
-  std::vector<char> counted_;    // per flat element of the shard
-  int64_t shard_ = 0;
-  bool keep_parameters_ = true;  // false: ZeRO-3
-  Buffer master_, m_, v_, grad_;  // this rank's shard
+  std::vector<int64_t> at_;   // where bucket b's piece starts in this rank's arrays
+  std::vector<char> counted_;  // per element of the pieces
+  Buffer master_, m_, v_, grad_;
 };
 
 }  // namespace parallax

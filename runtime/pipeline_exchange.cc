@@ -8,25 +8,26 @@
 
 namespace parallax {
 
-std::vector<P2pGroup> pipeline_exchanges(const std::vector<PipelineOp>& ops, int stage, int pp) {
-  const bool first = stage == 0, last = stage == pp - 1;
+std::vector<P2pGroup> pipeline_exchanges(const StageProgram& stage) {
   std::vector<P2pGroup> groups;
-  groups.reserve(ops.size() + 1);
   P2pGroup pending;  // the previous op's output, still to be sent
-  for (const PipelineOp& op : ops) {
-    P2pGroup g;
-    if (op.kind == OpKind::kWeight) {
-      groups.push_back(g);
-      continue;
-    }
-    const bool forward = op.kind == OpKind::kForward;
+  auto flush = [&](P2pGroup g) {
     g.send_to = pending.send_to, g.send_micro_batch = pending.send_micro_batch;
-    if (forward ? !first : !last) g.recv_from = forward ? stage - 1 : stage + 1, g.recv_micro_batch = op.micro_batch;
-    groups.push_back(g);
+    if (!g.empty()) groups.push_back(g);
     pending = P2pGroup{};
-    if (forward ? !last : !first) pending.send_to = forward ? stage + 1 : stage - 1, pending.send_micro_batch = op.micro_batch;
+  };
+  for (const ProgramOp& op : stage.ops) {
+    if (op.type == ProgramOpType::kSend) {
+      pending.send_to = op.peer, pending.send_micro_batch = op.micro_batch;
+    } else if (op.type == ProgramOpType::kRecv) {
+      P2pGroup g;
+      g.recv_from = op.peer, g.recv_micro_batch = op.micro_batch;
+      flush(g);
+    } else if (op.type == ProgramOpType::kCompute || op.type == ProgramOpType::kOptimizer) {
+      flush(P2pGroup{});
+    }
   }
-  groups.push_back(pending);
+  flush(P2pGroup{});
   return groups;
 }
 
@@ -44,12 +45,12 @@ struct StageSteps {
 // Every stage's steps; `sent` and `received` collect the micro-batch of each transfer per
 // (from, to). NCCL runs a group's transfers in rounds by peer distance: round d sends to s + d
 // and receives from s - d (mod pp). Rounds may run one after another, so each is its own step.
-std::vector<StageSteps> stage_steps(const std::vector<std::vector<PipelineOp>>& ops, int pp,
+std::vector<StageSteps> stage_steps(const StepProgram& program, int pp,
                                     std::map<std::pair<int, int>, std::vector<int>>& sent,
                                     std::map<std::pair<int, int>, std::vector<int>>& received) {
   std::vector<StageSteps> stages(static_cast<size_t>(pp));
   for (int s = 0; s < pp; ++s) {
-    for (const P2pGroup& g : pipeline_exchanges(ops[s], s, pp)) {
+    for (const P2pGroup& g : pipeline_exchanges(program.stages[s])) {
       Step send, recv;
       if (g.send_to >= 0) {
         auto& list = sent[{s, g.send_to}];
@@ -75,11 +76,12 @@ std::vector<StageSteps> stage_steps(const std::vector<std::vector<PipelineOp>>& 
 
 }  // namespace
 
-Status check_exchanges(Schedule schedule, int pp, int micro_batches) {
+Status check_exchanges(const StepProgram& program) {
+  const int pp = static_cast<int>(program.plan.pp);
   std::map<std::pair<int, int>, std::vector<int>> sent, received;  // micro-batches per (from, to)
-  std::vector<StageSteps> stages = stage_steps(pipeline_ops(schedule, pp, micro_batches, 1), pp, sent, received);
-  const std::string name = std::string(schedule_name(schedule)) + " with pp " + std::to_string(pp) + " and " +
-                           std::to_string(micro_batches) + " micro-batches";
+  std::vector<StageSteps> stages = stage_steps(program, pp, sent, received);
+  const std::string name = std::string(schedule_name(program.plan.schedule)) + " with pp " + std::to_string(pp) + " and " +
+                           std::to_string(program.plan.micro_batches()) + " micro-batches";
   if (sent != received) return Error{name + ": a stage receives other micro-batches than its neighbour sends"};
   // A transfer completes once both sides hold it in their current steps; a step ends once all its
   // transfers have completed (a send and a receive of one round progress together).

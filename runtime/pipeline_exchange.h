@@ -5,13 +5,13 @@
 // in issue order, a transfer larger than NCCL's buffers completes only when both sides have posted
 // it, and a group's transfers to different peer distances may run one round after another. Whether
 // every stage gets through depends on the schedule: 1F1B and GPipe always pair up; ZB-H1's
-// list-scheduled order can leave two neighbours each waiting in a round the other has not reached.
+// order must be checked (check_exchanges).
 #pragma once
 
 #include <vector>
 
 #include "models/status.h"
-#include "planner/schedule.h"
+#include "program/step_program.h"
 
 namespace parallax {
 
@@ -23,13 +23,13 @@ struct P2pGroup {
   bool operator==(const P2pGroup&) const = default;
 };
 
-// For each op of `ops` (one stage, one chunk per stage), the group issued before it; element
-// ops.size() is the last flush after the final op. W ops exchange nothing (empty groups).
-std::vector<P2pGroup> pipeline_exchanges(const std::vector<PipelineOp>& ops, int stage, int pp);
+// The groups a GPU stage issues while it executes its program (runtime/cuda/gpu_trainer.cc): a
+// send is held back and issued with the next receive, or alone before the next compute op.
+std::vector<P2pGroup> pipeline_exchanges(const StageProgram& stage);
 
 // Plays every stage's groups in order, a transfer completing only with its partner (the
 // rendezvous case). Errors name the schedule and the first stage that would wait forever, or a
 // transfer whose two sides carry different micro-batches.
-Status check_exchanges(Schedule schedule, int pp, int micro_batches);
+Status check_exchanges(const StepProgram& program);
 
 }  // namespace parallax

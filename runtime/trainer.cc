@@ -12,11 +12,6 @@
 
 namespace parallax {
 
-RankCoords rank_coords(const Plan& plan, int world_rank) {
-  const int t = static_cast<int>(plan.tp), d = static_cast<int>(plan.dp);
-  return {world_rank % t, (world_rank / t) % d, world_rank / (t * d)};
-}
-
 Status check_runtime_support(const Plan& p) {
   auto no = [](const std::string& what) { return Error{"the CPU runtime does not execute " + what + " yet"}; };
   // MPI guarantees tags up to 32767; pipeline transfers use one per (direction, micro-batch, stage).
@@ -33,13 +28,24 @@ int synthetic_token(uint64_t data_seed, int64_t step, int64_t seq, int64_t pos, 
   return static_cast<int>(splitmix64(h) % static_cast<uint64_t>(vocab));
 }
 
+namespace {
+Status check_runtime_support_for(const ModelSpec& m) {
+  if (m.is_moe())
+    return Error{"the CPU runtime does not execute mixture-of-experts models yet (" + m.name + " has " +
+                 std::to_string(m.experts) + " experts; expert parallelism is not built): it would train a dense model"};
+  return Status::Ok();
+}
+}  // namespace
+
 Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan& plan, Communicator& world,
                                                  const TrainOptions& options) {
   if (Status s = check_runtime_support(plan); !s.ok()) return Error{s.error()};
+  if (Status s = check_runtime_support_for(m); !s.ok()) return Error{s.error()};
   if (world.size() != plan.gpus())
     return Error{"world size " + std::to_string(world.size()) + " does not equal tp x pp x dp = " +
                  std::to_string(plan.gpus())};
-  const RankCoords rc = rank_coords(plan, world.rank());
+  const RankGrid grid(plan);
+  const RankCoords rc = grid.coords(world.rank());
   Result<Transformer> model = Transformer::create(m, static_cast<int>(plan.tp), rc.tp, options.seed,
                                                   static_cast<int>(plan.pp), rc.pp, static_cast<int>(plan.virtual_stages));
   if (!model.ok()) return Error{model.error()};
@@ -50,22 +56,24 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   if (plan.precision == Precision::kFp16) t->scaler_.scale = LossScaler::kInitial;
   Communicator* w = &world;
   t->world_barrier_ = [w] { w->barrier(); };
-  const int tp = static_cast<int>(plan.tp), dp = static_cast<int>(plan.dp);
-  t->tp_ = world.split(world.rank() / tp, rc.tp);
-  t->dp_ = world.split(rc.pp * tp + rc.tp, rc.dp);
-  t->pp_ = world.split(rc.dp * tp + rc.tp, rc.pp);
-  // Tied embeddings on several stages: the first and last stage all-reduce the gradient of their
-  // two copies; every other rank sits alone in its own group.
-  const bool ends = rc.pp == 0 || rc.pp == plan.pp - 1;
-  t->embedding_ = world.split(ends ? rc.dp * tp + rc.tp : dp * tp + world.rank(), rc.pp);
+  auto split = [&](GroupKind kind) {
+    const GroupMembership g = grid.group(kind, world.rank());
+    return world.split(g.color >= 0 ? g.color : grid.size() + world.rank(), g.key);  // -1: a group of one
+  };
+  t->tp_ = std::make_unique<TimedCommunicator>(split(GroupKind::kTp));
+  t->dp_ = split(GroupKind::kDp);
+  t->pp_ = split(GroupKind::kPp);
+  t->embedding_ = split(GroupKind::kEmbedding);
+  std::vector<std::vector<Param*>> chunks;
+  for (int c = 0; c < t->model_.chunks(); ++c) chunks.push_back(t->model_.chunk_params(c));
+  t->layout_ = std::make_unique<FlatLayout>(std::move(chunks), dp_buckets_per_chunk(m, plan, rc.pp));
+  const int64_t boundary = static_cast<int64_t>(t->model_.local_tokens(static_cast<int>(plan.micro_batch * plan.seq_len))) * m.hidden;
+  t->in_.assign(boundary, 0.0f), t->out_.assign(boundary, 0.0f);
   if (plan.zero >= 1) {
     Trainer* self = t.get();
-    t->zero_ = std::make_unique<DistributedOptimizer>(t->model_.params(), *t->dp_,
+    t->zero_ = std::make_unique<DistributedOptimizer>(*t->layout_, *t->dp_,
                                                       [self](const Param* p) { return self->counted(p); });
-    if (plan.zero == 3) {
-      t->zero_->set_keep_parameters(false);
-      t->zero_->release_parameters();
-    }
+    if (plan.zero == 3) t->zero_->release_parameters();
     return t;
   }
   for (Param* p : t->model_.params()) {
@@ -75,27 +83,13 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   return t;
 }
 
-std::string OpRecord::name() const {
-  const std::string mb = "mb=" + std::to_string(micro_batch), ch = " chunk=" + std::to_string(chunk);
-  switch (kind) {
-    case kForward: return "F " + mb + ch;
-    case kBackward: return "B " + mb + ch;
-    case kRecv: return "recv pp " + mb;
-    case kDpAllReduce: return "allreduce dp bucket=0";
-    case kDpReduceScatter: return "reduce-scatter dp bucket=0";
-    case kOptimizer: return "optimizer";
-  }
-  return "?";
+std::string record_name(const StageProgram& stage, const OpRecord& r) {
+  const ProgramOp& op = stage.ops[r.op];
+  return r.tp ? tp_event_name(op) : op_name(op);
 }
 
-const char* OpRecord::stream() const {
-  return kind == kRecv ? "pp-recv" : (kind == kDpAllReduce || kind == kDpReduceScatter) ? "dp" : "compute";
-}
-
-void Trainer::record(OpRecord::Kind kind, int mb, int chunk, std::chrono::steady_clock::time_point begin) {
-  const auto now = std::chrono::steady_clock::now();
-  records_.push_back({kind, mb, chunk, std::chrono::duration<double>(begin - step_start_).count(),
-                      std::chrono::duration<double>(now - begin).count()});
+StreamKind record_stream(const StageProgram& stage, const OpRecord& r) {
+  return r.tp ? StreamKind::kTp : stage.ops[r.op].stream;
 }
 
 Result<std::vector<int>> read_token_file(const std::string& path, int64_t vocab) {
@@ -144,57 +138,68 @@ int Trainer::tag(OpKind kind, int64_t mb, int64_t receiver_vs) const {
                               plan_.virtual_stages + receiver_vs);
 }
 
-// Runs this stage's schedule: F receives its input from the previous virtual stage (or reads
-// tokens) and sends its output on; B receives the output gradient from the next virtual stage and
-// sends the input gradient back. Returns the summed token loss of the last stage's micro-batches.
-double Trainer::run_micro_batches(int64_t step_index) {
+// F reads tokens (first virtual stage) or in_, writes out_ (or, last, the loss); B reads the output
+// gradient from in_ and writes the input gradient to out_. ZeRO-3 parameters were gathered by the
+// op before and are released after.
+void Trainer::compute(const ProgramOp& op, int64_t step_index) {
   const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len);
-  const int64_t p = plan_.pp, v = plan_.virtual_stages;
-  const int64_t n = static_cast<int64_t>(model_.local_tokens(b * s)) * m_.hidden;  // a boundary tensor
-  const float weight = scaler_.scale / static_cast<float>(plan_.global_batch * plan_.seq_len);
-  std::vector<int> inputs(static_cast<size_t>(b) * s), targets(inputs.size());
-  std::map<int64_t, Transformer::MicroBatch> states;  // by mb * v + chunk
-  Buffer in(n), out(n);
-  double loss = 0;
-  const std::vector<std::vector<PipelineOp>> schedule = pipeline_ops(plan_.schedule, p, plan_.micro_batches(), v);
-  for (const PipelineOp& op : schedule[coords_.pp]) {
-    const int64_t vs = op.chunk * p + coords_.pp;
-    Transformer::MicroBatch& state = states[op.micro_batch * v + op.chunk];
-    if (plan_.zero == 3 && op.kind != OpKind::kWeight) zero_->gather_parameters();  // released after the op
-    if (op.kind == OpKind::kForward) {
-      fill_batch(step_index, op.micro_batch, inputs, targets);
-      auto begin = std::chrono::steady_clock::now();
-      if (vs > 0) pp_->recv(in.data(), n, static_cast<int>((vs - 1) % p), tag(op.kind, op.micro_batch, vs));
-      if (vs > 0) record(OpRecord::kRecv, op.micro_batch, op.chunk, begin);
-      begin = std::chrono::steady_clock::now();
-      loss += model_.forward(op.chunk, inputs.data(), targets.data(), in.data(), out.data(), b, s, weight, *tp_, state);
-      record(OpRecord::kForward, op.micro_batch, op.chunk, begin);
-      if (vs < p * v - 1) pp_->send_async(out.data(), n, static_cast<int>((vs + 1) % p), tag(op.kind, op.micro_batch, vs + 1));
-      if (plan_.zero == 3) zero_->release_parameters();
-    } else if (op.kind == OpKind::kBackward) {
-      auto begin = std::chrono::steady_clock::now();
-      if (vs < p * v - 1) pp_->recv(in.data(), n, static_cast<int>((vs + 1) % p), tag(op.kind, op.micro_batch, vs));
-      if (vs < p * v - 1) record(OpRecord::kRecv, op.micro_batch, op.chunk, begin);
-      begin = std::chrono::steady_clock::now();
-      model_.backward(op.chunk, in.data(), out.data(), b, s, *tp_, state);
-      record(OpRecord::kBackward, op.micro_batch, op.chunk, begin);
-      states.erase(op.micro_batch * v + op.chunk);
-      begin = std::chrono::steady_clock::now();
-      if (plan_.zero >= 2) zero_->reduce_gradients();  // ZeRO-2/3: shard every micro-batch's gradients
-      if (plan_.zero >= 2) record(OpRecord::kDpReduceScatter, op.micro_batch, op.chunk, begin);
-      if (vs > 0) pp_->send_async(out.data(), n, static_cast<int>((vs - 1) % p), tag(op.kind, op.micro_batch, vs - 1));
-      if (plan_.zero == 3) zero_->release_parameters();
-    }
+  const int64_t key = op.micro_batch * plan_.virtual_stages + op.chunk;
+  if (op.pass == OpKind::kForward) {
+    std::vector<int> inputs(static_cast<size_t>(b) * s), targets(inputs.size());
+    fill_batch(step_index, op.micro_batch, inputs, targets);
+    const float weight = scaler_.scale / static_cast<float>(plan_.global_batch * plan_.seq_len);
+    loss_ += model_.forward(op.chunk, inputs.data(), targets.data(), in_.data(), out_.data(), b, s, weight, *tp_,
+                            states_[key]);
+  } else if (op.pass == OpKind::kBackward) {
+    model_.backward(op.chunk, in_.data(), out_.data(), b, s, *tp_, states_[key]);
+    states_.erase(key);
   }
-  pp_->wait_sends();
-  return loss;
+  if (plan_.zero == 3 && op.pass != OpKind::kWeight) zero_->release_parameters();
 }
 
-void Trainer::sync_tied_embedding() {
-  Param* copy = model_.tied_head_copy();
-  Param* wte = model_.embedding();
-  Param* mine = copy ? copy : (plan_.pp > 1 && m_.tied_embeddings ? wte : nullptr);
-  if (mine) embedding_->all_reduce(mine->grad.data(), static_cast<int64_t>(mine->grad.size()), ReduceOp::kSum);
+void Trainer::collective(const ProgramOp& op) {
+  switch (op.role) {
+    case CollectiveRole::kGradientBucket:
+      if (zero_) {
+        zero_->reduce_bucket(op.bucket);
+      } else {
+        const ElementRange r = layout_->bucket(op.bucket);
+        Buffer flat(r.end - r.begin);
+        layout_->copy_grads(r, flat.data());
+        dp_->all_reduce(flat.data(), static_cast<int64_t>(flat.size()), ReduceOp::kSum);
+        layout_->zero_grads(r);
+        layout_->add_grads(r, flat.data());
+      }
+      return;
+    case CollectiveRole::kGradientShard: zero_->reduce_gradients(); return;
+    case CollectiveRole::kWeightBucket: zero_->gather_bucket(op.bucket); return;
+    case CollectiveRole::kWeightGather: zero_->gather_parameters(); return;
+    case CollectiveRole::kNormGradients:
+      for (Param* p : model_.chunk_params(op.chunk))
+        if (p->sp_partial) tp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
+      return;
+    case CollectiveRole::kEmbedding: {
+      Param* mine = model_.tied_head_copy() ? model_.tied_head_copy() : model_.embedding();
+      if (mine) embedding_->all_reduce(mine->grad.data(), static_cast<int64_t>(mine->grad.size()), ReduceOp::kSum);
+      return;
+    }
+    case CollectiveRole::kNone: return;
+  }
+}
+
+void Trainer::run_op(const ProgramOp& op, int64_t step_index, StepStats& stats) {
+  const int64_t n = static_cast<int64_t>(in_.size());
+  switch (op.type) {
+    case ProgramOpType::kCompute: compute(op, step_index); return;
+    case ProgramOpType::kSend:
+      pp_->send_async(out_.data(), n, op.peer, tag(op.pass, op.micro_batch, send_target(plan_, op.pass, op.chunk, coords_.pp)));
+      return;
+    case ProgramOpType::kRecv:
+      pp_->recv(in_.data(), n, op.peer, tag(op.pass, op.micro_batch, virtual_stage(coords_.pp, op.chunk, plan_.pp)));
+      return;
+    case ProgramOpType::kCollective: collective(op); return;
+    case ProgramOpType::kOptimizer: optimizer(step_index, stats); return;
+  }
 }
 
 // A parameter replicated over TP (and the last stage's copy of a tied embedding) enters the
@@ -220,68 +225,51 @@ double Trainer::gradient_norm() {
   return std::sqrt(static_cast<double>(sumsq));
 }
 
-void LossScaler::update(bool overflow) {
-  if (scale == 1.0f && clean_steps == 0 && !overflow) return;  // not scaling
-  if (overflow) {
-    scale *= kBackoff;
-    clean_steps = 0;
-  } else if (++clean_steps % kGrowthInterval == 0) {
-    scale *= kGrowth;
+void Trainer::optimizer(int64_t step_index, StepStats& stats) {
+  pp_->wait_sends();
+  float loss = static_cast<float>(loss_);
+  pp_->all_reduce(&loss, 1, ReduceOp::kSum);  // only the last stage holds losses
+  dp_->all_reduce(&loss, 1, ReduceOp::kSum);
+  const bool poison = step_index == options_.inject_overflow_step && coords_ == RankCoords{};
+  if (poison && zero_) zero_->poison_gradient();
+  if (poison && !zero_) model_.params()[0]->grad[0] = std::numeric_limits<float>::infinity();
+  const UpdateDecision d = decide_update(scaler_, gradient_norm(), options_.clip_norm, step_index == options_.skip_step);
+  stats = d.stats;
+  stats.loss = loss / static_cast<double>(plan_.global_batch * plan_.seq_len);
+  if (stats.skipped) {
+    if (zero_) zero_->discard_gradients();
+    return;
   }
-}
-
-void Trainer::reduce_gradients(std::vector<Param*>& params, int64_t step_index) {
-  if (model_.sequence_parallel())  // norms saw only this rank's tokens
-    for (Param* p : params)
-      if (p->sp_partial) tp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
-  const bool poison = step_index == options_.inject_overflow_step && coords_.tp == 0 && coords_.dp == 0 && coords_.pp == 0;
-  if (poison && plan_.zero < 2) params[0]->grad[0] = std::numeric_limits<float>::infinity();
-  if (poison && plan_.zero >= 2) zero_->poison_gradient();
-  sync_tied_embedding();
-  if (plan_.zero == 1) zero_->reduce_gradients();
-  if (plan_.zero == 0)
-    for (Param* p : params) dp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
+  ++updates_;
+  if (zero_) {
+    zero_->step(options_.adam, static_cast<int>(updates_), d.grad_scale);
+    return;
+  }
+  std::vector<Param*> params = model_.params();
+  for (size_t i = 0; i < params.size(); ++i)
+    kernels::adamw_update(params[i]->value.data(), params[i]->grad.data(), adam_m_[i].data(), adam_v_[i].data(),
+                          static_cast<long>(params[i]->value.size()), options_.adam, static_cast<int>(updates_), d.grad_scale);
 }
 
 StepStats Trainer::step(int64_t step_index) {
-  std::vector<Param*> params = model_.params();
-  for (Param* p : params) std::fill(p->grad.begin(), p->grad.end(), 0.0f);
+  for (Param* p : model_.params()) std::fill(p->grad.begin(), p->grad.end(), 0.0f);
   world_barrier_();
   records_.clear();
+  loss_ = 0;
+  tp_->take_seconds();
   step_start_ = std::chrono::steady_clock::now();
-  float loss = static_cast<float>(run_micro_batches(step_index));
-  auto begin = std::chrono::steady_clock::now();
-  reduce_gradients(params, step_index);
-  if (plan_.dp > 1 && plan_.zero < 2)
-    record(plan_.zero == 0 ? OpRecord::kDpAllReduce : OpRecord::kDpReduceScatter, -1, -1, begin);
-  pp_->all_reduce(&loss, 1, ReduceOp::kSum);  // only the last stage holds losses
-  dp_->all_reduce(&loss, 1, ReduceOp::kSum);
-  begin = std::chrono::steady_clock::now();
+  auto since = [this](std::chrono::steady_clock::time_point t) { return std::chrono::duration<double>(t - step_start_).count(); };
   StepStats stats;
-  stats.loss = loss / static_cast<double>(plan_.global_batch * plan_.seq_len);
-  // The norm is summed over every rank, so an inf or NaN anywhere reaches every rank alike.
-  const float used_scale = scaler_.scale;  // the gradients were computed for loss x used_scale
-  const double scaled_norm = gradient_norm();
-  stats.grad_norm = scaled_norm / used_scale;
-  stats.skipped = !std::isfinite(scaled_norm) || step_index == options_.skip_step;
-  if (step_index != options_.skip_step) scaler_.update(!std::isfinite(scaled_norm));
-  stats.loss_scale = scaler_.scale;
-  if (stats.skipped) {
-    if (zero_) zero_->discard_gradients();
-    record(OpRecord::kOptimizer, -1, -1, begin);
-    return stats;
+  const StageProgram& stage = program_.stages[coords_.pp];
+  for (size_t i = 0; i < stage.ops.size(); ++i) {
+    const auto begin = std::chrono::steady_clock::now();
+    run_op(stage.ops[i], step_index, stats);
+    const auto end = std::chrono::steady_clock::now();
+    records_.push_back({static_cast<int32_t>(i), false, since(begin), since(end) - since(begin)});
+    const double tp = tp_->take_seconds();
+    if (stage.ops[i].type == ProgramOpType::kCompute && stage.ops[i].bytes > 0)
+      records_.push_back({static_cast<int32_t>(i), true, since(end) - tp, tp});
   }
-  const float clip = stats.grad_norm > options_.clip_norm ? static_cast<float>(options_.clip_norm / (stats.grad_norm + 1e-6)) : 1.0f;
-  const float scale = clip / used_scale;
-  ++updates_;
-  if (zero_) {
-    zero_->step(options_.adam, static_cast<int>(updates_), scale);
-  } else {
-    for (size_t i = 0; i < params.size(); ++i)
-      kernels::adamw_update(params[i]->value.data(), params[i]->grad.data(), adam_m_[i].data(), adam_v_[i].data(),
-                            static_cast<long>(params[i]->value.size()), options_.adam, static_cast<int>(updates_), scale);
-  }
-  record(OpRecord::kOptimizer, -1, -1, begin);
   return stats;
 }
 

@@ -1,31 +1,31 @@
-// Trainer: executes a Plan on this process's rank — the rank order of DESIGN.md (TP innermost,
-// then DP, then PP), process groups split from the world communicator, deterministic synthetic
-// data split over DP, gradient accumulation over micro-batches, DP gradient all-reduce, global
-// gradient-norm clipping across ranks and AdamW. Every parallel plan computes the same losses as
-// one rank (up to fp32 summation order).
-//
-// Pipeline parallelism executes planner/schedule.h's op list for this stage (GPipe, 1F1B,
-// interleaved, ZB-H1) with asynchronous sends and tagged receives. Implemented so far: TP (with
-// vocab-parallel embedding and loss, sequence parallelism), PP, DP, ZeRO-1/2/3, full and selective
-// recompute, ZeRO-3 (parameters gathered around every op), gradient accumulation; the math is
-// fp32 (fp16 plans add dynamic loss scaling and step skipping on overflow); ZB-H1's W
-// ops are empty (B computes the weight gradients too). Other settings are refused by
-// check_runtime_support().
+// Trainer: executes a Plan on this process's rank of the CPU runtime — the StepProgram of its
+// pipeline stage (program/step_program.h), op by op in program order: F and B on the sharded
+// Transformer (W is part of B: the CPU model computes weight gradients with the input gradients),
+// pipeline sends (asynchronous) and receives (tagged, blocking), DP gradient buckets (all-reduce,
+// or ZeRO-1/2/3 reduce-scatter), ZeRO weight gathers, the SP norm and tied-embedding gradient
+// sums, and the optimizer step (optimizer_step.h). Groups come from the RankGrid. Every parallel
+// plan computes the same losses as one rank (up to fp32 summation order). Each op is timed with a
+// steady clock and reported under the program's name, so the trace matches the simulator's.
 #pragma once
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <cstdint>
 #include <string>
 #include <memory>
 #include <vector>
 
 #include "kernels/adamw.h"
-#include "planner/plan.h"
-#include "planner/schedule.h"
+#include "program/plan.h"
+#include "program/step_program.h"
 #include "runtime/communicator.h"
 #include "runtime/distributed_optimizer.h"
+#include "runtime/flat_layout.h"
+#include "runtime/optimizer_step.h"
+#include "runtime/timed_communicator.h"
 #include "runtime/transformer.h"
+#include "runtime/transformer_cache.h"
 
 namespace parallax {
 
@@ -43,12 +43,6 @@ struct TrainOptions {
 // as tokens (0-255). Errors name the file, or the first id outside [0, vocab).
 Result<std::vector<int>> read_token_file(const std::string& path, int64_t vocab);
 
-// Rank coordinates from the world rank: tp = r % t, dp = (r / t) % d, pp = r / (t d).
-struct RankCoords {
-  int tp = 0, dp = 0, pp = 0;
-};
-RankCoords rank_coords(const Plan& plan, int world_rank);
-
 // The settings of `plan` this runtime can execute, or an error naming the first one it cannot.
 Status check_runtime_support(const Plan& plan);
 
@@ -61,34 +55,15 @@ void sequence_tokens(const TrainOptions& options, int64_t vocab, int64_t global_
                      int64_t seq, int* inputs, int* targets);
 
 // One measured op of a step on this rank, in seconds from the step's start (after a barrier over
-// all ranks).
+// all ranks): program op `op` of the rank's stage, or (tp) the TP collectives inside it.
 struct OpRecord {
-  enum Kind { kForward, kBackward, kRecv, kDpAllReduce, kDpReduceScatter, kOptimizer };
-  Kind kind;
-  int micro_batch = -1, chunk = -1;
+  int32_t op = -1;
+  bool tp = false;
   double start_s = 0, duration_s = 0;
-  // The trace format's canonical name ("F mb=3 chunk=0", "recv pp mb=3", "optimizer", ...).
-  std::string name() const;
-  const char* stream() const;  // compute | pp-recv | dp
 };
-
-struct StepStats {
-  double loss = 0;       // mean token loss over the global batch
-  double grad_norm = 0;  // before clipping (unscaled)
-  bool skipped = false;  // inf/NaN gradients on some rank: no update on any rank
-  double loss_scale = 1;
-};
-
-// Dynamic loss scaling for fp16 (Micikevicius et al.): gradients are computed for loss x scale;
-// an overflow anywhere skips the step on every rank and halves the scale; every 2,000 clean
-// steps double it. Other precisions keep the scale at 1.
-struct LossScaler {
-  static constexpr float kInitial = 65536.0f, kBackoff = 0.5f, kGrowth = 2.0f;
-  static constexpr int64_t kGrowthInterval = 2000;
-  float scale = 1.0f;
-  int64_t clean_steps = 0;
-  void update(bool overflow);
-};
+// The record's trace name and track, from the program.
+std::string record_name(const StageProgram& stage, const OpRecord& r);
+StreamKind record_stream(const StageProgram& stage, const OpRecord& r);
 
 class Trainer {
  public:
@@ -108,15 +83,17 @@ class Trainer {
   Status load_state(const std::string& bytes);
   // The ops of the last step, measured with a steady clock.
   const std::vector<OpRecord>& last_step_ops() const { return records_; }
+  const StepProgram& program() const { return program_; }
 
  private:
   Trainer(const ModelSpec& m, const Plan& plan, const TrainOptions& o, Transformer model)
-      : m_(m), plan_(plan), options_(o), model_(std::move(model)) {}
-  double run_micro_batches(int64_t step_index);
+      : m_(m), plan_(plan), options_(o), model_(std::move(model)), program_(build_step_program(m, plan)) {}
+  void run_op(const ProgramOp& op, int64_t step_index, StepStats& stats);
+  void compute(const ProgramOp& op, int64_t step_index);
+  void collective(const ProgramOp& op);
+  void optimizer(int64_t step_index, StepStats& stats);
   void fill_batch(int64_t step_index, int64_t mb, std::vector<int>& inputs, std::vector<int>& targets) const;
   int tag(OpKind kind, int64_t mb, int64_t receiver_vs) const;
-  void sync_tied_embedding();
-  void reduce_gradients(std::vector<Param*>& params, int64_t step_index);
   double gradient_norm();
   bool counted(const Param* p);
 
@@ -124,16 +101,21 @@ class Trainer {
   Plan plan_;
   TrainOptions options_;
   Transformer model_;
+  StepProgram program_;
   RankCoords coords_;
-  std::unique_ptr<Communicator> tp_, dp_, pp_, embedding_;  // embedding_: first + last stage
+  std::unique_ptr<TimedCommunicator> tp_;
+  std::unique_ptr<Communicator> dp_, pp_, embedding_;  // embedding_: first + last stage
+  std::unique_ptr<FlatLayout> layout_;
   std::vector<Buffer> adam_m_, adam_v_;          // ZeRO 0
-  std::unique_ptr<DistributedOptimizer> zero_;  // ZeRO 1 and 2
+  std::unique_ptr<DistributedOptimizer> zero_;  // ZeRO 1, 2 and 3
+  std::map<int64_t, Transformer::MicroBatch> states_;  // by mb * v + chunk
+  Buffer in_, out_;     // this op's input and output at the stage boundary
+  double loss_ = 0;     // summed token loss of this step's micro-batches (last stage)
   int64_t updates_ = 0;
   LossScaler scaler_;
   std::vector<OpRecord> records_;
   std::function<void()> world_barrier_;
   std::chrono::steady_clock::time_point step_start_;
-  void record(OpRecord::Kind kind, int mb, int chunk, std::chrono::steady_clock::time_point begin);
 };
 
 }  // namespace parallax

@@ -124,6 +124,20 @@ std::vector<Param*> Transformer::params() {
   return out;
 }
 
+std::vector<Param*> Transformer::chunk_params(int chunk) {
+  std::vector<Param*> out;
+  auto add = [&](Param* p) {
+    if (!p->empty()) out.push_back(p);
+  };
+  if (first_stage(chunk)) add(&wte_), add(&wpe_);
+  for (Layer& L : layers_[chunk])
+    for (Param* p : {&L.ln1_w, &L.ln1_b, &L.qkv_w, &L.qkv_b, &L.proj_w, &L.proj_b, &L.ln2_w, &L.ln2_b, &L.fc1_w,
+                     &L.fc1_b, &L.fc2_w, &L.fc2_b})
+      add(p);
+  if (last_stage(chunk)) add(&lnf_w_), add(&lnf_b_), add(&head_);
+  return out;
+}
+
 double Transformer::forward(int chunk, const int* tokens, const int* targets, const float* input, float* output, int b,
                             int s, float loss_weight, Communicator& tp, MicroBatch& state) {
   const int n = b * s;

@@ -45,6 +45,10 @@ class Transformer {
                                     int pp_rank = 0, int chunks = 1);
 
   std::vector<Param*> params();
+  // The parameters of one model chunk: its layers, and the embedding (first virtual stage) or the
+  // final norm and output layer (last virtual stage).
+  std::vector<Param*> chunk_params(int chunk);
+  int chunks() const { return chunks_; }
   int64_t padded_vocab() const { return vocab_padded_; }
   bool first_stage(int chunk) const { return virtual_stage(chunk) == 0; }
   bool last_stage(int chunk) const { return virtual_stage(chunk) == pp_ * chunks_ - 1; }
@@ -99,6 +103,7 @@ class Transformer {
   double head_forward_backward(const float* x, float* dx, const int* targets, int n, float loss_weight,
                                Communicator& tp);
 
+  float eps() const { return static_cast<float>(m_.norm_eps); }
   int64_t virtual_stage(int chunk) const { return static_cast<int64_t>(chunk) * pp_ + pp_rank_; }
 
   ModelSpec m_;

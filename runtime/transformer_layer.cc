@@ -38,8 +38,8 @@ void columns(float* dst, float* src, int64_t rows, int64_t stride, int64_t col, 
 void Transformer::norm_forward(const Param& w, const Param& b, float* out, float* stat_a, float* stat_b,
                                const float* in, int n) const {
   const int h = static_cast<int>(m_.hidden);
-  if (m_.norm == Norm::kLayerNorm) kernels::layernorm_forward(out, stat_a, stat_b, in, w.value.data(), or_null(b), n, h);
-  else kernels::rmsnorm_forward(out, stat_a, in, w.value.data(), n, h);
+  if (m_.norm == Norm::kLayerNorm) kernels::layernorm_forward(out, stat_a, stat_b, in, w.value.data(), or_null(b), n, h, eps());
+  else kernels::rmsnorm_forward(out, stat_a, in, w.value.data(), n, h, eps());
 }
 
 void Transformer::norm_backward(Param& w, Param& b, float* din, const float* dout, const float* in, const float* stat_a,

@@ -30,13 +30,6 @@ LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g) {
   return link;
 }
 
-double collective_bytes_per_rank(Collective op, double bytes, int64_t n) {
-  if (op == Collective::kSendRecv) return bytes;
-  if (n <= 1) return 0;
-  const double ring = static_cast<double>(n - 1) / static_cast<double>(n) * bytes;
-  return op == Collective::kAllReduce ? 2 * ring : ring;
-}
-
 double collective_time_s(Collective op, double bytes, int64_t n, const LinkTier& link) {
   if (op == Collective::kSendRecv) return link.latency_s + bytes / link.busbw_Bps;
   if (n <= 1) return 0;

@@ -7,11 +7,11 @@
 
 #include <cstdint>
 
+#include "program/collective.h"
 #include "simulator/cluster_spec.h"
 
 namespace parallax {
 
-enum class Collective { kAllReduce, kReduceScatter, kAllGather, kSendRecv };
 
 // How a communication group of `size` ranks, consecutive members `stride` ranks apart, lies on
 // nodes of `gpus_per_node` GPUs.
@@ -32,8 +32,6 @@ struct LinkTier {
 };
 LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g);
 
-// Bytes each rank sends for a collective over n ranks whose full buffer is `bytes`.
-double collective_bytes_per_rank(Collective op, double bytes, int64_t n);
 // Time of that collective; 0 for a group of one. All-reduce takes the faster of a ring and a tree,
 // as NCCL's tuner does: the tree's log-depth latency wins for small messages over many ranks, the
 // ring's bandwidth for large ones. Other collectives run as rings.

@@ -35,7 +35,7 @@ std::vector<HotTask> pack(const TaskGraph& g, std::vector<TaskId>& succ) {
 
 }  // namespace
 
-Result<Timeline> run_tasks(const TaskGraph& g) {
+Result<Timeline> run_tasks(const TaskGraph& g, const std::function<std::string(TaskId)>& name) {
   const size_t n = g.task_count(), streams = g.stream_count();
   std::vector<TaskId> succ;
   std::vector<HotTask> hot = pack(g, succ);
@@ -90,7 +90,8 @@ Result<Timeline> run_tasks(const TaskGraph& g) {
     for (size_t s = 0; s < streams; ++s) {
       if (head[s] == order_first[s + 1]) continue;
       const TaskId t = order[head[s]];
-      return Error{"deadlock: task '" + task_name(g.label(t)) + "' on rank " +
+      const std::string what = name ? "'" + name(t) + "'" : std::to_string(t);
+      return Error{"deadlock: task " + what + " on rank " +
                    std::to_string(g.stream_rank(static_cast<StreamId>(s))) + " stream " +
                    stream_name(g.stream_kind(static_cast<StreamId>(s))) + " never becomes ready"};
     }

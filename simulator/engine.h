@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "models/status.h"
@@ -18,7 +20,8 @@ struct Timeline {
   int64_t events = 0;  // tasks finished (each one heap push and pop)
 };
 
-// Errors: a deadlock (some task can never start), naming the first stuck task and its stream.
-Result<Timeline> run_tasks(const TaskGraph& graph);
+// Errors: a deadlock (some task can never start), naming the first stuck task (by `name`, else
+// its id) and its stream.
+Result<Timeline> run_tasks(const TaskGraph& graph, const std::function<std::string(TaskId)>& name = {});
 
 }  // namespace parallax

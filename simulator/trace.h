@@ -1,13 +1,10 @@
-// Writers for a simulated step: the Chrome / Perfetto trace of DESIGN.md (one process per rank,
-// one track per stream, complete events in microseconds, canonical names so `compare` can match
-// them with the runtime's trace) and an SVG pipeline chart a person can read (ranks as rows,
-// F / B / W and communication coloured, idle time left blank, a time axis).
+// An SVG pipeline chart of a simulated step a person can read (ranks as rows, F / B / W and
+// communication coloured, idle time left blank, a time axis), and a file writer. The Chrome trace
+// of a simulation is written from its step program (planner/simulation.h).
 #pragma once
 
+#include <functional>
 #include <string>
-#include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "models/status.h"
 #include "simulator/engine.h"
@@ -15,26 +12,15 @@
 
 namespace parallax {
 
-// Events beyond the graph's tasks, e.g. the TP collectives inside each layer of a compute task.
-struct TraceEvent {
-  int32_t rank;
-  StreamKind stream;
+// How the chart shows one task: its name (a tooltip) and its colour class.
+enum class SvgClass { kForward, kBackward, kWeight, kPipeline, kData, kOther };
+struct SvgTask {
   std::string name;
-  double start_s, duration_s;
-};
-// A sample of a per-rank counter track (e.g. activation bytes held).
-struct CounterSample {
-  int32_t rank;
-  double time_s;
-  double value;
+  SvgClass kind;
 };
 
-// Consecutive tasks of one stream with the same label (a backward cut into bucket pieces) become
-// one event.
-nlohmann::json chrome_trace(const TaskGraph& g, const Timeline& tl, const std::vector<TraceEvent>& extra,
-                            const std::vector<CounterSample>& memory, const nlohmann::json& metadata);
-
-std::string pipeline_svg(const TaskGraph& g, const Timeline& tl, const std::string& title);
+std::string pipeline_svg(const TaskGraph& g, const Timeline& tl, const std::string& title,
+                        const std::function<SvgTask(TaskId)>& describe);
 
 // Writes `text` to `path`; errors name the file.
 Status write_text_file(const std::string& path, const std::string& text);

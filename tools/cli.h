@@ -9,7 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "models/model_spec.h"
-#include "planner/plan.h"
+#include "program/plan.h"
 #include "simulator/cluster_spec.h"
 
 namespace parallax::cli {

@@ -28,7 +28,7 @@ std::string schedule_cell(const Plan& p) {
 
 std::vector<std::string> row(size_t rank, const RankedPlan& r, const ClusterSpec& c) {
   const Plan& p = r.plan;
-  const Estimate& e = r.estimate;
+  const StepReport& e = r.report;
   const double comm_gb = (e.comm_bytes_per_gpu.tp + e.comm_bytes_per_gpu.pp + e.comm_bytes_per_gpu.dp) / 1e9;
   return {std::to_string(rank), std::to_string(p.tp), std::to_string(p.pp), std::to_string(p.dp),
           std::to_string(p.zero) + (p.offload ? "+off" : ""), std::to_string(p.micro_batch), schedule_cell(p),
@@ -92,7 +92,7 @@ void print(const Options& o, const ModelSpec& m, const ClusterSpec& c, const Sea
     j["rejected"] = rejections_json(r);
     j["search_time_s"] = seconds;
     j["plans"] = nlohmann::json::array();
-    for (const RankedPlan& p : r.plans) j["plans"].push_back(evaluation_to_json(m, p.plan, p.estimate));
+    for (const RankedPlan& p : r.plans) j["plans"].push_back(evaluation_to_json(m, p.plan, p.report));
     std::cout << j.dump(2) << "\n";
     return;
   }

@@ -64,7 +64,7 @@ Plan plan_from_flags(const Options& o, const CLI::App& app, const ModelSpec& m, 
   return p;
 }
 
-void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const Estimate& e,
+void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const StepReport& e,
                  const nlohmann::json& defaults, const std::string& engine) {
   auto gib = [](double b) { return cli::fixed(b / kGiB, 2) + " GiB"; };
   std::vector<std::vector<std::string>> rows = {
@@ -109,16 +109,16 @@ void write_pictures(const Options& o, const ModelSpec& m, const ClusterSpec& c, 
   if (!o.trace.empty()) {
     const nlohmann::json meta = {{"source", "parallax simulate"}, {"plan", plan_to_json(plan)},
                                  {"model", m.name}, {"cluster", c.name},
-                                 {"step_time_s", sim.estimate.step_time_s},
-                                 {"peak_memory_bytes", sim.estimate.peak_memory_bytes}};
-    if (Status s = write_text_file(o.trace, simulation_trace(m, plan, sim, meta).dump()); !s.ok()) cli::fail(s.error());
+                                 {"step_time_s", sim.report.step_time_s},
+                                 {"peak_memory_bytes", sim.report.peak_memory_bytes}};
+    if (Status s = write_text_file(o.trace, simulation_trace(sim, meta).dump()); !s.ok()) cli::fail(s.error());
   }
   if (!o.svg.empty()) {
     const std::string title = m.name + " on " + std::to_string(plan.gpus()) + " x " + c.gpu.name + ": TP " +
                               std::to_string(plan.tp) + " PP " + std::to_string(plan.pp) + " DP " +
                               std::to_string(plan.dp) + ", " + schedule_name(plan.schedule) + ", step " +
-                              cli::fixed(sim.estimate.step_time_s, 3) + " s";
-    if (Status s = write_text_file(o.svg, pipeline_svg(sim.step.graph, sim.timeline, title)); !s.ok()) cli::fail(s.error());
+                              cli::fixed(sim.report.step_time_s, 3) + " s";
+    if (Status s = write_text_file(o.svg, simulation_svg(sim, title)); !s.ok()) cli::fail(s.error());
   }
 }
 
@@ -175,13 +175,13 @@ int run(int argc, char** argv) {
     cli::fail("plan needs " + std::to_string(plan.gpus()) + " GPUs; cluster '" + c.name + "' has " +
               std::to_string(c.max_nodes * c.node.gpus));
 
-  Estimate e;
+  StepReport e;
   nlohmann::json stages;
   if (o.engine == "analytical") {
     e = estimate_step(m, c, plan);
   } else {
     const Simulation sim = cli::value_or_fail(simulate_step(m, c, plan));
-    e = sim.estimate;
+    e = sim.report;
     stages = stage_reports_json(sim);
     write_pictures(o, m, c, plan, sim);
   }

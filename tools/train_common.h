@@ -10,7 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "models/model_spec.h"
-#include "planner/plan.h"
+#include "program/plan.h"
+#include "program/step_program.h"
 #include "runtime/communicator.h"
 #include "runtime/trainer.h"
 
@@ -56,7 +57,7 @@ struct HostCollectives {
 std::vector<StageOp> gather_stage_ops(const Plan& plan, const RankCoords& me, int world_rank, int world_size,
                                       const std::vector<OpRecord>& ops, const HostCollectives& c);
 
-nlohmann::json measured_trace(const Plan& plan, const ModelSpec& m, const std::vector<StageOp>& ops,
+nlohmann::json measured_trace(const StepProgram& program, const ModelSpec& m, const std::vector<StageOp>& ops,
                               const nlohmann::json& metadata);
 
 // Errors every rank sees alike end every rank with exit 2; rank 0 says why (defined in train_main.cc).

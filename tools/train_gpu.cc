@@ -109,7 +109,7 @@ void write_gpu_trace(const TrainFlags& o, const Plan& plan, const ModelSpec& m, 
   nlohmann::json meta = {{"source", "parallax train --device cuda"}, {"device", device_name()},
                          {"step_time_s", step_s}, {"peak_memory_bytes", t.peak_memory_bytes()}};
   if (o.emulate_rank >= 0) meta["emulated_rank"] = o.emulate_rank;
-  if (Status st = write_text_file(o.trace, measured_trace(plan, m, ops, meta).dump()); !st.ok()) cli::fail(st.error());
+  if (Status st = write_text_file(o.trace, measured_trace(t.program(), m, ops, meta).dump()); !st.ok()) cli::fail(st.error());
 }
 
 // The NCCL world: ranks from MPI when it has several, else from the launcher's environment.

@@ -28,27 +28,25 @@ double steady_step_time(const std::vector<double>& times) {
 
 std::vector<StageOp> gather_stage_ops(const Plan& plan, const RankCoords& me, int world_rank, int world_size,
                                       const std::vector<OpRecord>& ops, const HostCollectives& c) {
-  constexpr int kFields = 5;  // kind, mb, chunk, start us, duration us
+  constexpr int kFields = 4;  // program op, tp flag, start us, duration us
   const bool representative = me.tp == 0 && me.dp == 0;
   float count = representative ? static_cast<float>(ops.size()) : 0.0f;
   c.all_reduce_max(&count, 1);
   const int64_t slots = static_cast<int64_t>(count) * kFields;
   std::vector<float> mine(slots, -1.0f), all(slots * world_size);
   for (size_t i = 0; representative && i < ops.size(); ++i) {
-    const float rec[kFields] = {static_cast<float>(ops[i].kind), static_cast<float>(ops[i].micro_batch),
-                                static_cast<float>(ops[i].chunk), static_cast<float>(ops[i].start_s * 1e6),
-                                static_cast<float>(ops[i].duration_s * 1e6)};
+    const float rec[kFields] = {static_cast<float>(ops[i].op), ops[i].tp ? 1.0f : 0.0f,
+                                static_cast<float>(ops[i].start_s * 1e6), static_cast<float>(ops[i].duration_s * 1e6)};
     std::copy(rec, rec + kFields, mine.begin() + static_cast<int64_t>(i) * kFields);
   }
   c.all_gather(all.data(), mine.data(), slots);
   std::vector<StageOp> measured;
   for (int r = 0; world_rank == 0 && r < world_size; ++r) {
-    const int stage = rank_coords(plan, r).pp;
+    const int stage = RankGrid(plan).coords(r).pp;
     for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) {
       const float* rec = all.data() + (static_cast<int64_t>(r) * static_cast<int64_t>(count) + i) * kFields;
       if (rec[0] < 0) continue;
-      measured.push_back({stage, {static_cast<OpRecord::Kind>(static_cast<int>(rec[0])), static_cast<int>(rec[1]),
-                                  static_cast<int>(rec[2]), rec[3] * 1e-6, rec[4] * 1e-6}});
+      measured.push_back({stage, {static_cast<int32_t>(rec[0]), rec[1] > 0, rec[2] * 1e-6, rec[3] * 1e-6}});
     }
   }
   return measured;
@@ -63,21 +61,18 @@ void fail_all(Communicator& world, const std::string& message) {
   std::exit(2);
 }
 
-nlohmann::json measured_trace(const Plan& plan, const ModelSpec& m, const std::vector<StageOp>& ops,
+nlohmann::json measured_trace(const StepProgram& program, const ModelSpec& m, const std::vector<StageOp>& ops,
                               const nlohmann::json& metadata) {
   nlohmann::json events = nlohmann::json::array();
+  for (int64_t stage = 0; stage < program.plan.pp; ++stage) add_track_names(events, static_cast<int>(stage));
   for (const StageOp& s : ops) {
-    const std::string stream = s.op.stream();
-    const int tid = stream == "compute" ? 0 : stream == "pp-recv" ? 3 : 4;
-    events.push_back({{"ph", "X"}, {"pid", s.stage}, {"tid", tid}, {"name", s.op.name()}, {"ts", s.op.start_s * 1e6},
-                      {"dur", s.op.duration_s * 1e6}});
+    const StageProgram& sp = program.stages[s.stage];
+    events.push_back(trace_event(s.stage, record_stream(sp, s.op), record_name(sp, s.op), s.op.start_s, s.op.duration_s));
   }
-  for (int64_t stage = 0; stage < plan.pp; ++stage)
-    events.push_back({{"ph", "M"}, {"pid", stage}, {"name", "process_name"}, {"args", {{"name", "stage " + std::to_string(stage)}}}});
   nlohmann::json meta = metadata;
-  meta["plan"] = plan_to_json(plan);
+  meta["plan"] = plan_to_json(program.plan);
   meta["model"] = m.name;
-  return {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"metadata", meta}};
+  return trace_document(std::move(events), meta);
 }
 
 namespace {
@@ -94,7 +89,7 @@ void write_trace(const Options& o, const Plan& plan, const ModelSpec& m, Trainer
       gather_stage_ops(plan, trainer.coords(), world.rank(), world.size(), trainer.last_step_ops(), c);
   if (world.rank() != 0) return;
   const nlohmann::json trace = measured_trace(
-      plan, m, measured,
+      trainer.program(), m, measured,
       {{"source", "parallax train"}, {"step_time_s", step_time_s}, {"peak_memory_bytes", MemoryTracker::peak_bytes()}});
   if (Status st = write_text_file(o.trace, trace.dump()); !st.ok()) cli::fail(st.error());
 }

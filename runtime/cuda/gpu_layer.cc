@@ -17,8 +17,9 @@ template <class T>
 void GpuModel<T>::norm_forward(int64_t wt, int64_t bt, T* out, float* sa, float* sb, const T* in, int n) {
   const int h = static_cast<int>(m_.hidden);
   cu::set_stream(stream_);
-  if (m_.norm == Norm::kLayerNorm) cu::layernorm_forward(out, sa, sb, in, w(wt), bt >= 0 ? w(bt) : nullptr, n, h);
-  else cu::rmsnorm_forward(out, sa, in, w(wt), n, h);
+  if (m_.norm == Norm::kLayerNorm) cu::layernorm_forward(out, sa, sb, in, w(wt), bt >= 0 ? w(bt) : nullptr, n, h,
+                                                      static_cast<float>(m_.norm_eps));
+  else cu::rmsnorm_forward(out, sa, in, w(wt), n, h, static_cast<float>(m_.norm_eps));
 }
 
 template <class T>

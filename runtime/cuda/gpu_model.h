@@ -21,7 +21,7 @@
 
 #include "models/model_spec.h"
 #include "models/status.h"
-#include "planner/plan.h"
+#include "program/plan.h"
 #include "runtime/cuda/device_allocator.h"
 #include "runtime/cuda/device_communicator.h"
 

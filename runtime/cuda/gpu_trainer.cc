@@ -18,13 +18,19 @@ namespace parallax {
 
 namespace cu = kernels::cuda;
 
-Status check_gpu_support(const Plan& p, bool emulated) {
+Status check_gpu_support(const ModelSpec& m, const Plan& p, bool emulated) {
   auto no = [](const std::string& what) { return Error{"the GPU runtime does not execute " + what + " yet"}; };
   if (p.offload) return no("offload");
   if (p.zero > 1) return no("ZeRO-" + std::to_string(p.zero) + " (only 0 and 1; the CPU runtime executes 2 and 3)");
   if (p.virtual_stages > 1) return no("interleaved schedules (one model chunk per stage)");
+  if (m.is_moe()) return no("mixture-of-experts models (expert parallelism is not built)");
+  // ZeRO-1 keeps one contiguous shard per rank: the step program must have one gradient bucket.
+  if (p.zero == 1 && p.dp > 1)
+    for (int64_t s = 0; s < p.pp; ++s)
+      if (dp_buckets_per_chunk(m, p, s) > 1)
+        return no("ZeRO-1 with several gradient buckets (raise execution.dp_bucket_mib above the stage's gradient size)");
   if (!emulated && p.pp > 1)
-    if (Status s = check_exchanges(p.schedule, static_cast<int>(p.pp), static_cast<int>(p.micro_batches())); !s.ok())
+    if (Status s = check_exchanges(build_step_program(m, p)); !s.ok())
       return Error{"the GPU runtime refuses " + s.error() + ": its blocking send/receive pairs could deadlock (--emulate-rank runs it)"};
   return Status::Ok();
 }
@@ -39,12 +45,14 @@ struct EventPair {
 template <class T>
 class GpuTrainerImpl final : public GpuTrainer {
  public:
-  GpuTrainerImpl(const ModelSpec& m, const Plan& plan, const GpuTrainOptions& o) : m_(m), plan_(plan), options_(o) {}
+  GpuTrainerImpl(const ModelSpec& m, const Plan& plan, const GpuTrainOptions& o)
+      : m_(m), plan_(plan), options_(o), program_(build_step_program(m, plan)) {}
   ~GpuTrainerImpl() override;
   Status init(DeviceCommunicator* world);
 
   StepStats step(int64_t step_index) override;
   const std::vector<OpRecord>& last_step_ops() const override { return records_; }
+  const StepProgram& program() const override { return program_; }
   int64_t peak_memory_bytes() const override {
     return DeviceAllocator::instance().peak_bytes() + static_cast<int64_t>(cu::matmul_workspace_bytes());
   }
@@ -55,14 +63,14 @@ class GpuTrainerImpl final : public GpuTrainer {
 
  private:
   void fill_tokens(int64_t step_index);
-  void run_schedule(float dloss);
-  void reduce_bucket(const typename GpuModel<T>::Range& r);
+  void run_program(float dloss, int64_t step_index, StepStats& stats);
+  void collective(const ProgramOp& op, size_t record);
   void init_optimizer();
-  void finish_gradients(int64_t step_index);
+  void optimizer(int64_t step_index, StepStats& stats);
   void update(float grad_scale);
   double gradient_norm();
   // Records the start of an op on `stream` and returns its index, for close() to record its end.
-  size_t mark(OpRecord::Kind kind, int mb, cudaStream_t stream);
+  size_t mark(int32_t op, cudaStream_t stream);
   void close(size_t op, cudaStream_t stream) { cu::check(cudaEventRecord(events_[op].end, stream), "event"); }
   // Waits for a stream under the NCCL watchdog of the communicator that works on it.
   void sync(DeviceCommunicator& comm, cudaStream_t stream, const char* what) { comm.synchronize(stream, what); }
@@ -71,11 +79,12 @@ class GpuTrainerImpl final : public GpuTrainer {
   ModelSpec m_;
   Plan plan_;
   GpuTrainOptions options_;
+  StepProgram program_;
+  int64_t count_buckets_ = 1;  // gradient buckets of this stage (one chunk)
   RankCoords coords_;
   std::unique_ptr<Watchdog> dog_;  // real ranks of a world of several
   cudaStream_t compute_ = nullptr, dp_stream_ = nullptr;
   cudaEvent_t step_start_ = nullptr, head_ready_ = nullptr, dp_done_ = nullptr;
-  std::vector<cudaEvent_t> layer_events_;
   std::unique_ptr<GpuModel<T>> model_;
   std::unique_ptr<DeviceCommunicator> tp_, dp_, pp_, embedding_;
   // ZeRO-1: this DP rank's shard [offset, offset + size) of the flat arrays, its fp32 masters.
@@ -85,13 +94,11 @@ class GpuTrainerImpl final : public GpuTrainer {
   DeviceArray<int> tokens_, targets_;
   DeviceArray<T> stage_in_, stage_out_;
   std::vector<EventPair> events_;
-  std::vector<std::pair<OpRecord::Kind, int>> kinds_;
+  std::vector<int32_t> kinds_;  // the program op of each used event pair
   size_t used_ = 0;
   std::vector<OpRecord> records_;
   LossScaler scaler_;
   int64_t updates_ = 0;
-  size_t dp_op_ = 0;
-  bool dp_started_ = false;
 };
 
 template <class T>
@@ -100,7 +107,6 @@ GpuTrainerImpl<T>::~GpuTrainerImpl() {
   if (compute_) cudaStreamSynchronize(compute_);
   if (dp_stream_) cudaStreamSynchronize(dp_stream_);
   for (EventPair& e : events_) cudaEventDestroy(e.begin), cudaEventDestroy(e.end);
-  for (cudaEvent_t e : layer_events_) cudaEventDestroy(e);
   if (step_start_) cudaEventDestroy(step_start_), cudaEventDestroy(dp_done_), cudaEventDestroy(head_ready_);
   model_.reset();
   cu::set_stream(nullptr);  // the thread's kernels must not go on to a destroyed stream
@@ -111,7 +117,9 @@ template <class T>
 Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
   const bool emulate = options_.emulate_rank >= 0;
   const int rank = emulate ? options_.emulate_rank : world->rank();
-  coords_ = rank_coords(plan_, rank);
+  const RankGrid grid(plan_);
+  coords_ = grid.coords(rank);
+  count_buckets_ = dp_buckets_per_chunk(m_, plan_, coords_.pp);
   const int tp = static_cast<int>(plan_.tp), dp = static_cast<int>(plan_.dp), pp = static_cast<int>(plan_.pp);
   // NcclCommunicator's waits watch themselves, but a rank whose GPU hangs in a collective is
   // mostly not waiting: it blocks inside a kernel launch once the launch queue is full. This
@@ -124,13 +132,12 @@ Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
     const bool ends = coords_.pp == 0 || coords_.pp == pp - 1;
     embedding_ = std::make_unique<StandInCommunicator>(ends && pp > 1 ? 2 : 1, coords_.pp == 0 ? 0 : ends ? 1 : 0);
   } else {
-    tp_ = world->split_device(rank / tp, coords_.tp);
-    dp_ = world->split_device(coords_.pp * tp + coords_.tp, coords_.dp);
-    pp_ = world->split_device(coords_.dp * tp + coords_.tp, coords_.pp);
-    // Tied embeddings on several stages: the first and last stage sum their copies' gradients;
-    // the other stages join no group (their embedding_ is null and never used).
-    const bool ends = coords_.pp == 0 || coords_.pp == pp - 1;
-    embedding_ = world->split_device(ends ? coords_.dp * tp + coords_.tp : -1, coords_.pp);  // -1: no group
+    auto split = [&](GroupKind kind) {
+      const GroupMembership g = grid.group(kind, rank);
+      return world->split_device(g.color, g.key);  // -1: in no group (null)
+    };
+    tp_ = split(GroupKind::kTp), dp_ = split(GroupKind::kDp), pp_ = split(GroupKind::kPp);
+    embedding_ = split(GroupKind::kEmbedding);
   }
   cu::check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "compute stream");
   cu::check(cudaStreamCreateWithFlags(&dp_stream_, cudaStreamNonBlocking), "dp stream");
@@ -142,11 +149,6 @@ Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
   Result<std::unique_ptr<GpuModel<T>>> model = GpuModel<T>::create(m_, mo, compute_);
   if (!model.ok()) return Error{model.error()};
   model_ = std::move(model).value();
-  for (size_t i = 0; i < model_->layer_ranges().size(); ++i) {
-    cudaEvent_t e = nullptr;
-    cu::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
-    layer_events_.push_back(e);
-  }
   init_optimizer();
   const int64_t tokens = plan_.micro_batches() * plan_.micro_batch * plan_.seq_len;
   tokens_ = DeviceArray<int>(tokens), targets_ = DeviceArray<int>(tokens);
@@ -199,7 +201,7 @@ void GpuTrainerImpl<T>::fill_tokens(int64_t step_index) {
 }
 
 template <class T>
-size_t GpuTrainerImpl<T>::mark(OpRecord::Kind kind, int mb, cudaStream_t stream) {
+size_t GpuTrainerImpl<T>::mark(int32_t op, cudaStream_t stream) {
   if (used_ == events_.size()) {
     EventPair e;
     cu::check(cudaEventCreate(&e.begin), "event");
@@ -207,108 +209,100 @@ size_t GpuTrainerImpl<T>::mark(OpRecord::Kind kind, int mb, cudaStream_t stream)
     events_.push_back(e);
   }
   if (kinds_.size() <= used_) kinds_.resize(used_ + 1);
-  kinds_[used_] = {kind, mb};
-  if (dog_) dog_->enter("issuing " + OpRecord{kind, mb, 0}.name() + " behind GPU work that never finished");
+  kinds_[used_] = op;
+  if (dog_) dog_->enter("issuing " + op_name(program_.stages[coords_.pp].ops[op]) + " behind GPU work that never finished");
   cu::check(cudaEventRecord(events_[used_].begin, stream), "event");
   return used_++;
 }
 
+// This stage's program, op by op. At each op boundary one group sends the previous op's output and
+// receives this op's input (Megatron's batched send/recv pairs: a send is held back until the
+// next receive or compute op), and the compute stream waits for it (blocking p2p). Gradient
+// collectives run on the DP stream after the op they wait for; the optimizer on the compute stream
+// after the DP stream. Under emulation the neighbours are stand-ins that count the bytes.
 template <class T>
-void GpuTrainerImpl<T>::reduce_bucket(const typename GpuModel<T>::Range& r) {
-  if (!dp_started_) dp_op_ = mark(OpRecord::kDpAllReduce, -1, dp_stream_), dp_started_ = true;
-  dp_->all_reduce_async(model_->grads() + r.offset, r.size, DType::kF32, ReduceOp::kSum, dp_stream_);
-}
-
-// This stage's ops of the schedule. At each op boundary one group sends the previous op's output
-// and receives this op's input (Megatron's batched send/recv pairs), so neighbours that send to
-// each other never deadlock; the compute stream waits for it (Megatron's blocking p2p, the
-// simulator's overlap_p2p = false). The last backward starts each layer's DP bucket as soon as
-// that layer is done. Under emulation the neighbours are stand-ins that count the bytes.
-template <class T>
-void GpuTrainerImpl<T>::run_schedule(float dloss) {
+void GpuTrainerImpl<T>::run_program(float dloss, int64_t step_index, StepStats& stats) {
   const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len);
-  const std::vector<PipelineOp> ops = pipeline_ops(plan_.schedule, plan_.pp, plan_.micro_batches(), 1)[coords_.pp];
-  size_t last_backward = 0;
-  for (size_t i = 0; i < ops.size(); ++i)
-    if (ops[i].kind == OpKind::kBackward) last_backward = i;
+  const StageProgram& stage = program_.stages[coords_.pp];
   std::vector<std::unique_ptr<typename GpuModel<T>::MicroBatch>> states(static_cast<size_t>(plan_.micro_batches()));
   const DType type = model_->dtype();
   const int64_t boundary = stage_in_.size();
-  const bool first = model_->first_stage(), last = model_->last_stage();
-  auto layer_done = [this](int l) {
-    cu::check(cudaEventRecord(layer_events_[l], compute_), "event");
-    cu::check(cudaStreamWaitEvent(dp_stream_, layer_events_[l]), "wait");
-    reduce_bucket(model_->layer_ranges()[l]);
-  };
   int pending = -1;  // the peer the previous op's output still goes to
-  auto exchange = [&](int from, int mb) {
+  auto exchange = [&](int from, size_t record) {
     if (pending < 0 && from < 0) return;
-    const size_t r = from >= 0 ? mark(OpRecord::kRecv, mb, compute_) : 0;
     pp_->group_start();
     if (pending >= 0) pp_->send_async(stage_out_.data(), boundary, type, pending, compute_);
     if (from >= 0) pp_->recv_async(stage_in_.data(), boundary, type, from, compute_);
     pp_->group_end();
-    if (from >= 0) close(r, compute_);
+    if (from >= 0) close(record, compute_);
     pending = -1;
   };
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const PipelineOp& op = ops[i];
+  for (size_t i = 0; i < stage.ops.size(); ++i) {
+    const ProgramOp& op = stage.ops[i];
     const int mb = op.micro_batch;
     const int64_t offset = static_cast<int64_t>(mb) * b * s;
-    if (op.kind == OpKind::kForward) {
-      states[mb] = model_->new_micro_batch();
-      exchange(first ? -1 : coords_.pp - 1, mb);
-      const size_t f = mark(OpRecord::kForward, mb, compute_);
-      model_->forward(*states[mb], tokens_.data() + offset, targets_.data() + offset, stage_in_.data(),
-                      stage_out_.data(), b, s, dloss, *tp_, scalar_.data());
-      close(f, compute_);
-      if (!last) pending = coords_.pp + 1;
-    } else if (op.kind == OpKind::kBackward) {
-      exchange(last ? -1 : coords_.pp + 1, mb);
-      const size_t bw = mark(OpRecord::kBackward, mb, compute_);
-      const bool dp = plan_.dp > 1 && plan_.zero == 0 && i == last_backward;
-      model_->backward(*states[mb], stage_in_.data(), stage_out_.data(), b, s, *tp_,
-                       dp ? std::function<void(int)>(layer_done) : std::function<void(int)>());
-      close(bw, compute_);
-      states[mb].reset();
-      if (!first) pending = coords_.pp - 1;
-    }  // W: B computed the weight gradients too (as in the CPU runtime)
+    switch (op.type) {
+      case ProgramOpType::kSend: pending = op.peer; break;
+      case ProgramOpType::kRecv: exchange(op.peer, mark(static_cast<int32_t>(i), compute_)); break;
+      case ProgramOpType::kCollective: collective(op, mark(static_cast<int32_t>(i), dp_stream_)); break;
+      case ProgramOpType::kOptimizer: {
+        exchange(-1, 0);
+        const size_t r = mark(static_cast<int32_t>(i), compute_);
+        optimizer(step_index, stats);
+        close(r, compute_);
+        break;
+      }
+      case ProgramOpType::kCompute: {
+        exchange(-1, 0);
+        const size_t r = mark(static_cast<int32_t>(i), compute_);
+        if (op.pass == OpKind::kForward) {
+          states[mb] = model_->new_micro_batch();
+          model_->forward(*states[mb], tokens_.data() + offset, targets_.data() + offset, stage_in_.data(),
+                          stage_out_.data(), b, s, dloss, *tp_, scalar_.data());
+        } else if (op.pass == OpKind::kBackward) {
+          model_->backward(*states[mb], stage_in_.data(), stage_out_.data(), b, s, *tp_, std::function<void(int)>());
+          states[mb].reset();
+        }  // W: B computed the weight gradients too (as in the CPU runtime)
+        close(r, compute_);
+        break;
+      }
+    }
   }
-  exchange(-1, -1);
+  exchange(-1, 0);
 }
 
+// A gradient collective on the DP stream once the compute stream has reached it.
 template <class T>
-void GpuTrainerImpl<T>::finish_gradients(int64_t step_index) {
-  const bool poison = step_index == options_.train.inject_overflow_step && coords_.tp == 0 && coords_.dp == 0 &&
-                      coords_.pp == 0;
-  if (poison) {
-    const float inf = std::numeric_limits<float>::infinity();
-    cu::check(cudaMemcpyAsync(model_->grads(), &inf, sizeof inf, cudaMemcpyHostToDevice, compute_), "poison");
-    sync(*tp_, compute_, "poison");
+void GpuTrainerImpl<T>::collective(const ProgramOp& op, size_t record) {
+  cu::check(cudaEventRecord(head_ready_, compute_), "event");
+  cu::check(cudaStreamWaitEvent(dp_stream_, head_ready_), "wait");
+  const int64_t count = model_->param_count();
+  switch (op.role) {
+    case CollectiveRole::kGradientBucket:
+      if (plan_.zero == 0) {
+        const ElementRange r = bucket_range(count, count_buckets_, op.bucket);
+        dp_->all_reduce_async(model_->grads() + r.begin, r.end - r.begin, DType::kF32, ReduceOp::kSum, dp_stream_);
+      } else {  // ZeRO-1 (one bucket): one reduce-scatter, in place, leaves this rank its shard's sums
+        dp_->reduce_scatter_async(model_->grads() + shard_.offset, model_->grads(), shard_.size, DType::kF32, dp_stream_);
+      }
+      break;
+    case CollectiveRole::kWeightBucket:  // after the optimizer: gather every rank's updated weights
+      dp_->all_gather_async(model_->weights(), model_->weights() + shard_.offset, shard_.size, model_->dtype(), dp_stream_);
+      break;
+    case CollectiveRole::kEmbedding:  // the first and last stage sum their two copies' gradients
+      for (const GpuTensor& t : model_->tensors())
+        if (t.name == "wte" || t.name == "wte.copy")
+          embedding_->all_reduce_async(model_->grads() + t.offset, t.size, DType::kF32, ReduceOp::kSum, dp_stream_);
+      break;
+    case CollectiveRole::kNormGradients:  // SP: the norm weights saw only this rank's tokens
+      for (const GpuTensor& t : model_->tensors())
+        if (t.sp_partial) tp_->all_reduce_async(model_->grads() + t.offset, t.size, DType::kF32, ReduceOp::kSum, dp_stream_);
+      break;
+    default: break;  // ZeRO-2/3 are refused by check_gpu_support
   }
-  // Tied embeddings over several stages: the first and last stage sum their two copies' gradients
-  // before the DP reduction (the two stages' flat arrays differ, so their ZeRO shards do not align).
-  for (const GpuTensor& t : model_->tensors())
-    if (m_.tied_embeddings && plan_.pp > 1 && (t.name == "wte" || t.name == "wte.copy"))
-      embedding_->all_reduce_async(model_->grads() + t.offset, t.size, DType::kF32, ReduceOp::kSum, compute_);
-  if (plan_.dp > 1) {
-    cu::check(cudaEventRecord(head_ready_, compute_), "event");
-    cu::check(cudaStreamWaitEvent(dp_stream_, head_ready_), "wait");
-    if (plan_.zero == 0) {
-      reduce_bucket(model_->head_range());  // embedding and head: complete only after the last op
-    } else {  // ZeRO-1: one reduce-scatter, in place, leaves this rank its shard's sums
-      dp_op_ = mark(OpRecord::kDpReduceScatter, -1, dp_stream_);
-      dp_->reduce_scatter_async(model_->grads() + shard_.offset, model_->grads(), shard_.size, DType::kF32, dp_stream_);
-    }
-    close(dp_op_, dp_stream_);
-    cu::check(cudaEventRecord(dp_done_, dp_stream_), "event");
-    cu::check(cudaStreamWaitEvent(compute_, dp_done_), "wait");
-  }
-  // Sums over TP and DP commute (the TP ranks of a stage share one layout, so their shards align):
-  // the SP partial norm gradients may be summed after DP.
-  if (model_->sequence_parallel())
-    for (const GpuTensor& t : model_->tensors())
-      if (t.sp_partial) tp_->all_reduce_async(model_->grads() + t.offset, t.size, DType::kF32, ReduceOp::kSum, compute_);
+  close(record, dp_stream_);
+  cu::check(cudaEventRecord(dp_done_, dp_stream_), "event");
+  cu::check(cudaStreamWaitEvent(compute_, dp_done_), "wait");  // the optimizer and the next step read them
 }
 
 // As Trainer::gradient_norm: TP-replicated tensors and the tied copy count once; the sum over TP
@@ -348,22 +342,36 @@ void GpuTrainerImpl<T>::resolve_records() {
     float start_ms = 0, duration_ms = 0;
     cu::check(cudaEventElapsedTime(&start_ms, step_start_, events_[i].begin), "event time");
     cu::check(cudaEventElapsedTime(&duration_ms, events_[i].begin, events_[i].end), "event time");
-    records_.push_back({kinds_[i].first, kinds_[i].second, kinds_[i].second >= 0 ? 0 : -1, start_ms * 1e-3,
-                        duration_ms * 1e-3});
+    records_.push_back({kinds_[i], false, start_ms * 1e-3, duration_ms * 1e-3});
   }
 }
 
 template <class T>
 StepStats GpuTrainerImpl<T>::step(int64_t step_index) {
   fill_tokens(step_index);
-  used_ = 0, dp_started_ = false;
+  used_ = 0;
   const int64_t count = model_->param_count();
   cu::check(cudaMemsetAsync(model_->grads(), 0, count * sizeof(float), compute_), "zero gradients");
   cu::check(cudaMemsetAsync(scalar_.data(), 0, sizeof(float), compute_), "zero loss");
   cu::check(cudaEventRecord(step_start_, compute_), "event");
   const float dloss = scaler_.scale / static_cast<float>(plan_.global_batch * plan_.seq_len);
-  run_schedule(dloss);
-  finish_gradients(step_index);
+  StepStats stats;
+  run_program(dloss, step_index, stats);
+  resolve_records();
+  if (dog_) dog_->leave();
+  return stats;
+}
+
+// The optimizer op: the loss summed over the stages and DP, then the one update rule
+// (runtime/optimizer_step.h) on the global gradient norm.
+template <class T>
+void GpuTrainerImpl<T>::optimizer(int64_t step_index, StepStats& stats) {
+  const bool poison = step_index == options_.train.inject_overflow_step && coords_ == RankCoords{};
+  if (poison) {
+    const float inf = std::numeric_limits<float>::infinity();
+    cu::check(cudaMemcpyAsync(model_->grads() + shard_.offset, &inf, sizeof inf, cudaMemcpyHostToDevice, compute_), "poison");
+    sync(*tp_, compute_, "poison");
+  }
   float loss = 0;
   cu::check(cudaMemcpyAsync(&loss, scalar_.data(), sizeof loss, cudaMemcpyDeviceToHost, compute_), "loss");
   sync(*tp_, compute_, "loss");
@@ -373,29 +381,17 @@ StepStats GpuTrainerImpl<T>::step(int64_t step_index) {
     dp_->all_reduce(scalar_.data(), 1, ReduceOp::kSum);
     cu::check(cudaMemcpy(&loss, scalar_.data(), sizeof loss, cudaMemcpyDeviceToHost), "loss");
   }
-  StepStats stats;
+  const UpdateDecision d = decide_update(scaler_, gradient_norm(), options_.train.clip_norm,
+                                         step_index == options_.train.skip_step);
+  stats = d.stats;
   stats.loss = loss / static_cast<double>(plan_.global_batch * plan_.seq_len);
-  const size_t optimizer = mark(OpRecord::kOptimizer, -1, compute_);
-  const float used_scale = scaler_.scale;
-  const double scaled_norm = gradient_norm();
-  stats.grad_norm = scaled_norm / used_scale;
-  stats.skipped = !std::isfinite(scaled_norm) || step_index == options_.train.skip_step;
-  if (step_index != options_.train.skip_step) scaler_.update(!std::isfinite(scaled_norm));
-  stats.loss_scale = scaler_.scale;
-  if (!stats.skipped) {
-    const double clip_norm = options_.train.clip_norm;
-    const float clip = stats.grad_norm > clip_norm ? static_cast<float>(clip_norm / (stats.grad_norm + 1e-6)) : 1.0f;
-    ++updates_;
-    update(clip / used_scale);
-  }
-  close(optimizer, compute_);
-  resolve_records();
-  if (dog_) dog_->leave();
-  return stats;
+  if (stats.skipped) return;
+  ++updates_;
+  update(d.grad_scale);
 }
 
-// AdamW over this rank's shard, writing its 16-bit weights; ZeRO-1 then gathers every rank's
-// updated weights over DP (in place) before the next forward.
+// AdamW over this rank's shard, writing its 16-bit weights; ZeRO-1's program then gathers every
+// rank's updated weights over DP (in place) before the next forward.
 template <class T>
 void GpuTrainerImpl<T>::update(float grad_scale) {
   const int64_t at = shard_.offset, n = shard_.size;
@@ -403,10 +399,6 @@ void GpuTrainerImpl<T>::update(float grad_scale) {
   cu::set_stream(compute_);
   cu::adamw_update(master, model_->weights() + at, model_->grads() + at, adam_m_.data(), adam_v_.data(), n,
                    options_.train.adam, static_cast<int>(updates_), grad_scale);
-  if (plan_.zero == 1 && plan_.dp > 1) {
-    dp_->all_gather_async(model_->weights(), model_->weights() + at, n, model_->dtype(), compute_);
-    sync(*dp_, compute_, "ZeRO-1 weight all-gather");  // watched by the communicator that runs it
-  }
 }
 
 template <class T>
@@ -422,7 +414,7 @@ Result<std::unique_ptr<GpuTrainer>> make(const ModelSpec& m, const Plan& plan, D
 Result<std::unique_ptr<GpuTrainer>> GpuTrainer::create(const ModelSpec& m, const Plan& plan, DeviceCommunicator* world,
                                                        const GpuTrainOptions& o) {
   const bool emulate = o.emulate_rank >= 0;
-  if (Status s = check_gpu_support(plan, emulate); !s.ok()) return Error{s.error()};
+  if (Status s = check_gpu_support(m, plan, emulate); !s.ok()) return Error{s.error()};
   if (emulate && o.emulate_rank >= plan.gpus())
     return Error{"--emulate-rank " + std::to_string(o.emulate_rank) + " is outside the plan's " +
                  std::to_string(plan.gpus()) + " ranks"};

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "models/model_spec.h"
-#include "planner/plan.h"
+#include "program/plan.h"
 #include "runtime/cuda/device_communicator.h"
 #include "runtime/trainer.h"
 
@@ -40,7 +40,7 @@ struct GpuTrainOptions {
 // The settings of `plan` the GPU runtime can execute, or an error naming the first one it cannot.
 // Real ranks also need a schedule whose send/receive groups cannot deadlock
 // (runtime/pipeline_exchange.h); emulated ones exchange with stand-ins that never wait.
-Status check_gpu_support(const Plan& plan, bool emulated = false);
+Status check_gpu_support(const ModelSpec& m, const Plan& plan, bool emulated = false);
 
 class GpuTrainer {
  public:
@@ -51,6 +51,8 @@ class GpuTrainer {
   virtual StepStats step(int64_t step_index) = 0;
   // The ops of the last step (CUDA events), seconds from the step's start.
   virtual const std::vector<OpRecord>& last_step_ops() const = 0;
+  // The step program this rank executes (its ops name the records).
+  virtual const StepProgram& program() const = 0;
   // High-water mark of the caching allocator plus the cuBLASLt workspace.
   virtual int64_t peak_memory_bytes() const = 0;
   virtual int64_t tp_bytes() const = 0;

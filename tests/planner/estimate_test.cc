@@ -79,11 +79,11 @@ TEST(Pipeline, ClosedFormBubbles) {
   EXPECT_DOUBLE_EQ(bubble, 3.0 / 27.0);  // a third of 1F1B's idle time
 }
 
-TEST(Estimate, SingleGpuStepIsComputePlusOptimizer) {
+TEST(StepReport, SingleGpuStepIsComputePlusOptimizer) {
   const ModelSpec m = load("gpt2");
   const ClusterSpec c = round();
   Plan p = gpt2_plan(1);
-  const Estimate e = estimate_step(m, c, p);
+  const StepReport e = estimate_step(m, c, p);
   EXPECT_DOUBLE_EQ(e.bubble_fraction, 0);
   EXPECT_DOUBLE_EQ(e.dp_exposed_s, 0);
   EXPECT_DOUBLE_EQ(e.comm_bytes_per_gpu.tp + e.comm_bytes_per_gpu.pp + e.comm_bytes_per_gpu.dp, 0);
@@ -96,13 +96,13 @@ TEST(Estimate, SingleGpuStepIsComputePlusOptimizer) {
 }
 
 // DP 4 (one node), ZeRO 0: an all-reduce of 2 bytes per parameter, exposed without overlap.
-TEST(Estimate, DataParallelTraffic) {
+TEST(StepReport, DataParallelTraffic) {
   const ModelSpec m = load("gpt2");
   const ClusterSpec c = round();
   Plan p = gpt2_plan(1);
   p.dp = 4;
   const double grads = 2.0 * 124439808;
-  Estimate e = estimate_step(m, c, p);
+  StepReport e = estimate_step(m, c, p);
   EXPECT_NEAR(e.dp_exposed_s, 6e-6 + 1.5 * grads / 100e9, 1e-12);
   EXPECT_DOUBLE_EQ(e.comm_bytes_per_gpu.dp, 1.5 * grads);
   // ZeRO-3 with m = 2 micro-batches: 2 x (2 all-gathers + 1 reduce-scatter), 0.75 S each.
@@ -124,14 +124,14 @@ TEST(Estimate, DataParallelTraffic) {
 //   ZeRO 1: reduce-scatter of 4N + all-gather of the 2-byte weights 2N: 0.75 * 6N (was 0.75 * 4N);
 //   ZeRO 3, m = 2: 2 x (2 all-gathers of 2N + a reduce-scatter of 4N) = 1.5 * 8N (was 1.5 * 6N);
 //   optimizer: 4 g + 30 = 46 bytes per parameter (g = 4).
-TEST(Estimate, Fp32GradientsDoubleTheGradientTraffic) {
+TEST(StepReport, Fp32GradientsDoubleTheGradientTraffic) {
   const ModelSpec m = load("gpt2");
   const ClusterSpec c = round();
   const double n = 124439808;
   Plan p = gpt2_plan(1);
   p.dp = 4;
   p.execution.fp32_gradients = true;
-  Estimate e = estimate_step(m, c, p);
+  StepReport e = estimate_step(m, c, p);
   EXPECT_NEAR(e.dp_exposed_s, 6e-6 + 1.5 * 4 * n / 100e9, 1e-12);
   EXPECT_DOUBLE_EQ(e.comm_bytes_per_gpu.dp, 1.5 * 4 * n);
   p.execution.fp32_gradients = false;

@@ -95,7 +95,7 @@ TEST(EvaluationJson, HasTheContractKeys) {
   Plan p = plan();
   p.pp = 2;
   p.global_batch = 64;
-  const Estimate e = estimate_step(m, load_cluster("dgx-h100").value(), p);
+  const StepReport e = estimate_step(m, load_cluster("dgx-h100").value(), p);
   const nlohmann::json j = evaluation_to_json(m, p, e);
   for (const char* key : {"params_total", "memory_bytes", "peak_memory_bytes", "step_time_s", "tokens_per_s", "mfu",
                           "model_tflops_per_gpu", "hardware_tflops_per_gpu", "bubble_fraction", "comm_bytes_per_gpu",

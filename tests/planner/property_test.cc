@@ -42,7 +42,7 @@ TEST(Properties, MoreBandwidthIsNeverSlower) {
   for (const Plan& p : sample_plans()) {
     ASSERT_TRUE(check_plan(p, m, 8).ok());
     EXPECT_LE(estimate_step(m, fast, p).step_time_s, estimate_step(m, base, p).step_time_s);
-    EXPECT_LE(simulate_step(m, fast, p)->estimate.step_time_s, simulate_step(m, base, p)->estimate.step_time_s * (1 + 1e-12))
+    EXPECT_LE(simulate_step(m, fast, p)->report.step_time_s, simulate_step(m, base, p)->report.step_time_s * (1 + 1e-12))
         << plan_to_json(p).dump();
   }
 }
@@ -72,7 +72,7 @@ TEST(Properties, StepTimeIsDeterministic) {
   const ClusterSpec c = load_cluster("hgx-h200").value();
   for (const Plan& p : sample_plans()) {
     EXPECT_EQ(estimate_step(m, c, p).step_time_s, estimate_step(m, c, p).step_time_s);
-    EXPECT_EQ(simulate_step(m, c, p)->estimate.step_time_s, simulate_step(m, c, p)->estimate.step_time_s);
+    EXPECT_EQ(simulate_step(m, c, p)->report.step_time_s, simulate_step(m, c, p)->report.step_time_s);
   }
 }
 
@@ -90,12 +90,12 @@ TEST(Extremes, HugeButLegalInputsGiveFiniteResults) {
   p.global_batch = 1250 * 8;
   p.seq_len = 4096;
   ASSERT_TRUE(check_plan(p, m, 8).ok());
-  const Estimate e = estimate_step(m, c, p);
+  const StepReport e = estimate_step(m, c, p);
   for (double x : {e.step_time_s, e.mfu, e.peak_memory_bytes, e.comm_bytes_per_gpu.dp, e.tokens_per_s})
     EXPECT_TRUE(std::isfinite(x) && x > 0);
   Result<Simulation> sim = simulate_step(m, c, p);
   ASSERT_TRUE(sim.ok());
-  EXPECT_TRUE(std::isfinite(sim->estimate.step_time_s));
+  EXPECT_TRUE(std::isfinite(sim->report.step_time_s));
   SearchOptions o;
   o.gpus = 1000000;
   o.global_batch = 1 << 20;
@@ -103,7 +103,7 @@ TEST(Extremes, HugeButLegalInputsGiveFiniteResults) {
   o.top_k = 3;
   Result<SearchResult> r = search(m, c, o);
   ASSERT_TRUE(r.ok());
-  for (const RankedPlan& rp : r->plans) EXPECT_TRUE(std::isfinite(rp.estimate.step_time_s));
+  for (const RankedPlan& rp : r->plans) EXPECT_TRUE(std::isfinite(rp.report.step_time_s));
 }
 
 }  // namespace

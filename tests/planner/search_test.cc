@@ -29,11 +29,11 @@ TEST(Search, RankingInvariantsFor13bOn64Gpus) {
     const RankedPlan& p = r->plans[i];
     EXPECT_EQ(p.plan.gpus(), 64);
     EXPECT_TRUE(check_plan(p.plan, m, 8).ok());
-    EXPECT_TRUE(p.estimate.fits_in_memory);
-    EXPECT_LE(p.estimate.peak_memory_bytes, c.gpu.hbm_bytes());
-    EXPECT_GT(p.estimate.step_time_s, 0);
-    EXPECT_GT(p.estimate.mfu, 0);
-    EXPECT_LT(p.estimate.mfu, 1);
+    EXPECT_TRUE(p.report.fits_in_memory);
+    EXPECT_LE(p.report.peak_memory_bytes, c.gpu.hbm_bytes());
+    EXPECT_GT(p.report.step_time_s, 0);
+    EXPECT_GT(p.report.mfu, 0);
+    EXPECT_LT(p.report.mfu, 1);
     if (i > 0) {
       EXPECT_FALSE(ranks_before(p, r->plans[i - 1])) << "not sorted at " << i;
     }
@@ -56,7 +56,7 @@ TEST(Search, ResultDoesNotDependOnThreads) {
   ASSERT_EQ(one->plans.size(), two->plans.size());
   for (size_t i = 0; i < one->plans.size(); ++i) {
     EXPECT_EQ(plan_to_json(one->plans[i].plan), plan_to_json(two->plans[i].plan));
-    EXPECT_EQ(one->plans[i].estimate.step_time_s, two->plans[i].estimate.step_time_s);
+    EXPECT_EQ(one->plans[i].report.step_time_s, two->plans[i].report.step_time_s);
   }
 }
 
@@ -76,9 +76,9 @@ TEST(Search, BestPlanIsNoSlowerThanAnyEnumeratedAlternative) {
   alt.seq_len = 4096;
   alt.recompute = Recompute::kSelective;
   ASSERT_TRUE(check_plan(alt, m, 8).ok());
-  const Estimate e = estimate_step(m, c, alt);
+  const StepReport e = estimate_step(m, c, alt);
   ASSERT_TRUE(e.fits_in_memory);
-  EXPECT_LE(r->plans[0].estimate.step_time_s, e.step_time_s);
+  EXPECT_LE(r->plans[0].report.step_time_s, e.step_time_s);
 }
 
 TEST(Search, NothingFitsIsAnEmptyRankingNotAnError) {

@@ -49,8 +49,8 @@ TEST(Accuracy, KorthikantiTable5) {
       Result<Simulation> sim = simulate_step(m, selene, p);
       ASSERT_TRUE(sim.ok()) << sim.error();
       const double measured = selective ? r.selective_s : r.full_s;
-      const double err = std::abs(sim->estimate.step_time_s / measured - 1);
-      EXPECT_LT(err, 0.10) << r.model << (selective ? " selective" : " full") << ": " << sim->estimate.step_time_s;
+      const double err = std::abs(sim->report.step_time_s / measured - 1);
+      EXPECT_LT(err, 0.10) << r.model << (selective ? " selective" : " full") << ": " << sim->report.step_time_s;
       sum += err;
       ++n;
     }
@@ -91,8 +91,8 @@ TEST(Simulation, DeterministicReport) {
   p.execution.overlap_grad_reduce = true;
   Result<Simulation> a = simulate_step(m, c, p), b = simulate_step(m, c, p);
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ(evaluation_to_json(m, p, a->estimate).dump(), evaluation_to_json(m, p, b->estimate).dump());
-  EXPECT_EQ(simulation_trace(m, p, *a, {}).dump(), simulation_trace(m, p, *b, {}).dump());
+  EXPECT_EQ(evaluation_to_json(m, p, a->report).dump(), evaluation_to_json(m, p, b->report).dump());
+  EXPECT_EQ(simulation_trace(*a, {}).dump(), simulation_trace(*b, {}).dump());
 }
 
 // The peak activations per stage come out of the schedule and agree with the closed forms.
@@ -127,7 +127,7 @@ TEST(Simulation, UnevenStagesIdleBeyondTheClosedForm) {
   p.seq_len = 1024;
   Result<Simulation> sim = simulate_step(m, load_cluster("dgx-h100").value(), p);
   ASSERT_TRUE(sim.ok());
-  EXPECT_GT(sim->estimate.bubble_fraction, 3.0 / (8 + 3));
+  EXPECT_GT(sim->report.bubble_fraction, 3.0 / (8 + 3));
   EXPECT_GT(sim->stages[3].busy_s, sim->stages[1].busy_s);
   EXPECT_LT(sim->stages[3].bubble_s, sim->stages[1].bubble_s);
 }
@@ -147,7 +147,7 @@ TEST(Simulation, Fp32GradientsDoubleTheReduction) {
     Plan q = p;
     q.zero = zero;
     q.execution.fp32_gradients = fp32_gradients;
-    return simulate_step(m, c, q).value().estimate.comm_bytes_per_gpu.dp;
+    return simulate_step(m, c, q).value().report.comm_bytes_per_gpu.dp;
   };
   EXPECT_NEAR(dp_bytes(0, false), 1.5 * 2 * n, 1e-6 * n);
   EXPECT_NEAR(dp_bytes(0, true), 1.5 * 4 * n, 1e-6 * n);
@@ -168,11 +168,11 @@ TEST(Trace, NoOverlapOnAnyTrackAndCanonicalNames) {
   p.execution.overlap_grad_reduce = true;
   Result<Simulation> sim = simulate_step(m, load_cluster("dgx-h100").value(), p);
   ASSERT_TRUE(sim.ok());
-  const nlohmann::json trace = simulation_trace(m, p, *sim, {{"model", "llama3-8b"}});
+  const nlohmann::json trace = simulation_trace(*sim, {{"model", "llama3-8b"}});
   EXPECT_EQ(trace["displayTimeUnit"], "ms");
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> tracks;
   const std::regex canonical(
-      R"((F|B|W) mb=\d+ chunk=\d+|send pp mb=\d+|(allreduce|reduce-scatter|all-gather) (dp bucket|tp layer)=\d+|optimizer)");
+      R"((tp )?(F|B|W) mb=\d+ chunk=\d+|(send|recv) pp (F|B) mb=\d+ chunk=\d+|(allreduce|reduce-scatter|all-gather) dp bucket=\d+|allreduce tp norms chunk=\d+|optimizer)");
   int complete = 0;
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] != "X") continue;
@@ -210,7 +210,7 @@ TEST(Search, PrunedRankingEqualsExhaustiveSimulation) {
     for (const RankedPlan& r : all->plans) {
       Result<Simulation> sim = simulate_step(m, c, r.plan);
       ASSERT_TRUE(sim.ok());
-      if (sim->estimate.fits_in_memory) exhaustive.push_back({r.plan, sim->estimate});
+      if (sim->report.fits_in_memory) exhaustive.push_back({r.plan, sim->report});
     }
     std::sort(exhaustive.begin(), exhaustive.end(), ranks_before);
     ASSERT_GE(exhaustive.size(), 10u) << k.model;

@@ -1,7 +1,7 @@
 // Plans shared by the planner tests.
 #pragma once
 
-#include "planner/plan.h"
+#include "program/plan.h"
 
 namespace parallax::testing_support {
 

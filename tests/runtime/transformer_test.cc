@@ -104,7 +104,8 @@ TEST(Trainer, RankCoordinatesFollowTheRankOrder) {
   p.dp = 3;
   p.pp = 2;
   // rank = pp * (dp * tp) + dp * tp + tp
-  const RankCoords c = rank_coords(p, 9);  // 9 = 1 * 6 + 1 * 2 + 1
+  const RankCoords c = RankGrid(p).coords(9);  // 9 = 1 * 6 + 1 * 2 + 1
+  EXPECT_EQ(RankGrid(p).rank(c), 9);
   EXPECT_EQ(c.tp, 1);
   EXPECT_EQ(c.dp, 1);
   EXPECT_EQ(c.pp, 1);

@@ -1,8 +1,8 @@
-#include "planner/plan.h"
+#include "program/plan.h"
 
 #include <gtest/gtest.h>
 
-#include "test_plans.h"
+#include "../planner/test_plans.h"
 
 namespace parallax {
 namespace {

@@ -1,4 +1,4 @@
-#include "planner/plan.h"
+#include "program/plan.h"
 
 #include "models/json_fields.h"
 

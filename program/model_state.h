@@ -1,0 +1,26 @@
+// Model-state sizes a plan implies, which the step program (gradient buckets), the memory model and
+// the cost model all need: bytes per parameter of weights, gradients and optimizer states, and
+// the parameters one GPU of a pipeline stage holds.
+#pragma once
+
+#include <cstdint>
+
+#include "models/model_spec.h"
+#include "program/plan.h"
+
+namespace parallax {
+
+struct ModelStateBytesPerParam {
+  double weights, gradients, optimizer;
+};
+// The one place the bytes of each model state are decided. Mixed precision: 16-bit weights and
+// gradients (`fp32_gradients`: 4-byte gradients, accumulated and reduced in fp32), fp32 master
+// weights + Adam m and v (12). fp32: weights, gradients, m, v at 4 bytes each.
+ModelStateBytesPerParam bytes_per_param(Precision p, bool fp32_gradients);
+// The plan's precision and execution.fp32_gradients.
+ModelStateBytesPerParam bytes_per_param(const Plan& plan);
+
+// Parameters held by one GPU of pipeline stage `stage` before ZeRO sharding.
+double stage_params_per_gpu(const ModelSpec& m, const Plan& plan, int64_t stage);
+
+}  // namespace parallax

@@ -1,0 +1,48 @@
+#include "program/rank_grid.h"
+
+#include "program/plan.h"
+
+namespace parallax {
+
+RankGrid::RankGrid(int64_t tp, int64_t dp, int64_t pp)
+    : tp_(static_cast<int>(tp)), dp_(static_cast<int>(dp)), pp_(static_cast<int>(pp)) {}
+
+RankGrid::RankGrid(const Plan& plan) : RankGrid(plan.tp, plan.dp, plan.pp) {}
+
+RankCoords RankGrid::coords(int rank) const { return {rank % tp_, (rank / tp_) % dp_, rank / (tp_ * dp_)}; }
+
+GroupMembership RankGrid::group(GroupKind kind, int rank) const {
+  const RankCoords c = coords(rank);
+  switch (kind) {
+    case GroupKind::kTp: return {rank / tp_, c.tp};
+    case GroupKind::kDp: return {c.pp * tp_ + c.tp, c.dp};
+    case GroupKind::kPp: return {c.dp * tp_ + c.tp, c.pp};
+    case GroupKind::kEmbedding: {
+      const bool ends = pp_ > 1 && (c.pp == 0 || c.pp == pp_ - 1);
+      return {ends ? c.dp * tp_ + c.tp : -1, c.pp};
+    }
+  }
+  return {};
+}
+
+int64_t RankGrid::stride(GroupKind kind) const {
+  switch (kind) {
+    case GroupKind::kTp: return 1;
+    case GroupKind::kDp: return tp_;
+    case GroupKind::kPp: return static_cast<int64_t>(tp_) * dp_;
+    case GroupKind::kEmbedding: return static_cast<int64_t>(tp_) * dp_ * (pp_ > 1 ? pp_ - 1 : 1);
+  }
+  return 1;
+}
+
+int64_t RankGrid::group_size(GroupKind kind) const {
+  switch (kind) {
+    case GroupKind::kTp: return tp_;
+    case GroupKind::kDp: return dp_;
+    case GroupKind::kPp: return pp_;
+    case GroupKind::kEmbedding: return pp_ > 1 ? 2 : 1;
+  }
+  return 1;
+}
+
+}  // namespace parallax

@@ -1,0 +1,291 @@
+#include "program/step_program.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "models/layer_cost.h"
+#include "program/model_state.h"
+
+namespace parallax {
+
+namespace {
+
+double d(int64_t x) { return static_cast<double>(x); }
+constexpr int64_t kMaxBucketsPerChunk = 64;
+double activation_element_bytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
+
+std::string mb_chunk(const ProgramOp& op) {
+  return "mb=" + std::to_string(op.micro_batch) + " chunk=" + std::to_string(op.chunk);
+}
+const char* pass_letter(OpKind k) { return k == OpKind::kForward ? "F" : k == OpKind::kBackward ? "B" : "W"; }
+
+}  // namespace
+
+std::string op_name(const ProgramOp& op) {
+  const std::string bucket = "bucket=" + std::to_string(op.bucket);
+  switch (op.type) {
+    case ProgramOpType::kCompute: return std::string(pass_letter(op.pass)) + " " + mb_chunk(op);
+    case ProgramOpType::kSend: return std::string("send pp ") + pass_letter(op.pass) + " " + mb_chunk(op);
+    case ProgramOpType::kRecv: return std::string("recv pp ") + pass_letter(op.pass) + " " + mb_chunk(op);
+    case ProgramOpType::kOptimizer: return "optimizer";
+    case ProgramOpType::kCollective: break;
+  }
+  const std::string coll = collective_name(op.collective);
+  switch (op.role) {
+    case CollectiveRole::kGradientBucket:
+    case CollectiveRole::kWeightBucket: return coll + " dp " + bucket;
+    case CollectiveRole::kGradientShard: return coll + " dp " + mb_chunk(op);
+    case CollectiveRole::kWeightGather: return coll + " dp " + pass_letter(op.pass) + " " + mb_chunk(op);
+    case CollectiveRole::kNormGradients:
+      return coll + " tp norms " + (op.micro_batch >= 0 ? mb_chunk(op) : "chunk=" + std::to_string(op.chunk));
+    case CollectiveRole::kEmbedding: return coll + " embedding";
+    case CollectiveRole::kNone: break;
+  }
+  return coll;
+}
+
+std::string tp_event_name(const ProgramOp& op) { return "tp " + op_name(op); }
+
+TpTraffic tp_traffic(const ModelSpec& m, const Plan& plan, OpKind pass) {
+  TpTraffic t;
+  if (plan.tp < 2) return t;
+  t.bytes = d(plan.seq_len) * d(plan.micro_batch) * d(m.hidden) * activation_element_bytes(plan.precision);
+  const bool sp = plan.sequence_parallel;
+  // Per pair of GEMM blocks (attention, MLP): one all-reduce, or with SP an all-gather and a
+  // reduce-scatter.
+  const int per_block = sp ? 2 : 1;
+  const Collective one = sp ? Collective::kAllGather : Collective::kAllReduce;
+  const double sent_per_block = sp ? 2 * collective_bytes_per_rank(one, t.bytes, plan.tp)
+                                   : collective_bytes_per_rank(one, t.bytes, plan.tp);
+  int blocks = 0;
+  switch (pass) {
+    case OpKind::kForward: blocks = 2; break;
+    case OpKind::kBackward: blocks = plan.recompute == Recompute::kFull ? 4 : 2; break;
+    case OpKind::kWeight:  // SP: the QKV and FC1 inputs are gathered again for their weight gradients
+      if (sp) {
+        t.count = 2;
+        t.sent_bytes = 2 * collective_bytes_per_rank(Collective::kAllGather, t.bytes, plan.tp);
+      }
+      return t;
+  }
+  t.count = blocks * per_block;
+  t.sent_bytes = blocks * sent_per_block;
+  return t;
+}
+
+int64_t dp_buckets_per_chunk(const ModelSpec& m, const Plan& plan, int64_t stage) {
+  const double grad_bytes = stage_params_per_gpu(m, plan, stage) * bytes_per_param(plan).gradients / d(plan.virtual_stages);
+  const double bucket = plan.execution.dp_bucket_mib * 1048576.0;
+  const double n = bucket > 0 ? std::ceil(grad_bytes / bucket) : 1.0;
+  return std::clamp<int64_t>(static_cast<int64_t>(std::min(n, 1e6)), 1, kMaxBucketsPerChunk);
+}
+
+ElementRange bucket_range(int64_t elements, int64_t n, int64_t k) {
+  const int64_t per = (elements + n - 1) / n;
+  return {std::min(k * per, elements), std::min((k + 1) * per, elements)};
+}
+
+int64_t send_target(const Plan& plan, OpKind pass, int64_t chunk, int64_t stage) {
+  const int64_t vs = virtual_stage(stage, chunk, plan.pp), last = plan.pp * plan.virtual_stages - 1;
+  if (pass == OpKind::kForward && vs < last) return vs + 1;
+  if (pass == OpKind::kBackward && vs > 0) return vs - 1;
+  return -1;
+}
+
+namespace {
+
+// Builds one stage's ops (see step_program.h for the order).
+class StageBuilder {
+ public:
+  StageBuilder(const ModelSpec& m, const StepProgram& prog, int64_t stage)
+      : m_(m), p_(prog.plan), prog_(prog), stage_(stage), buckets_(dp_buckets_per_chunk(m, p_, stage)) {
+    const double params = stage_params_per_gpu(m, p_, stage);
+    const ModelStateBytesPerParam bpp = bytes_per_param(p_);
+    stage_grad_bytes_ = params * bpp.gradients;
+    stage_weight_bytes_ = params * bpp.weights;
+    for (OpKind k : {OpKind::kForward, OpKind::kBackward, OpKind::kWeight})
+      tp_[static_cast<int>(k)] = tp_traffic(m, p_, k);
+  }
+
+  StageProgram build(std::vector<PipelineOp> schedule) {
+    out_.schedule = std::move(schedule);
+    const auto& ops = out_.schedule;
+    std::vector<size_t> last_release(p_.virtual_stages, 0);
+    for (size_t j = 0; j < ops.size(); ++j)
+      if (releases_activations(ops[j].kind, p_.schedule)) last_release[ops[j].chunk] = j;
+    for (size_t j = 0; j < ops.size(); ++j) {
+      const int32_t c = add_pass(ops[j]);
+      if (p_.zero >= 2 && releases_activations(ops[j].kind, p_.schedule)) add_shard_reduction(ops[j], c);
+      if (p_.zero <= 1 && p_.execution.overlap_grad_reduce && j == last_release[ops[j].chunk])
+        add_chunk_gradients(ops[j].chunk, c);
+    }
+    if (p_.zero <= 1 && !p_.execution.overlap_grad_reduce)  // after the whole backward, last chunk first
+      for (int64_t chunk = p_.virtual_stages - 1; chunk >= 0; --chunk) add_chunk_gradients(chunk, last_compute_);
+    add_optimizer();
+    return std::move(out_);
+  }
+
+ private:
+  int32_t add(ProgramOp op) {
+    const int32_t index = static_cast<int32_t>(out_.ops.size());
+    last_on_[static_cast<int>(op.stream)] = index;
+    out_.ops.push_back(std::move(op));
+    return index;
+  }
+
+  ProgramOp collective(CollectiveRole role, Collective c, GroupKind g, StreamKind s, double bytes) const {
+    ProgramOp op;
+    op.type = ProgramOpType::kCollective;
+    op.role = role;
+    op.collective = c;
+    op.group = g;
+    op.stream = s;
+    op.bytes = bytes;
+    op.sent_bytes = collective_bytes_per_rank(c, bytes, prog_.grid.group_size(g));
+    return op;
+  }
+
+  // [weight gather] [receive] compute [send]; returns the compute op's index.
+  int32_t add_pass(const PipelineOp& pass) {
+    std::vector<int32_t> waits = std::move(blocking_);
+    blocking_.clear();
+    const int64_t vs = virtual_stage(stage_, pass.chunk, p_.pp), last_vs = p_.pp * p_.virtual_stages - 1;
+    if (p_.zero == 3 && p_.dp > 1 && pass.kind != OpKind::kWeight) {
+      ProgramOp g = collective(CollectiveRole::kWeightGather, Collective::kAllGather, GroupKind::kDp, StreamKind::kDp,
+                               stage_weight_bytes_);
+      g.pass = pass.kind, g.micro_batch = pass.micro_batch, g.chunk = pass.chunk;
+      if (before_last_compute_ >= 0) g.waits_for = {before_last_compute_};  // one gathered copy ahead at most
+      waits.push_back(add(std::move(g)));
+    }
+    const bool needs_input = pass.kind == OpKind::kForward ? vs > 0 : pass.kind == OpKind::kBackward && vs < last_vs;
+    if (needs_input) {
+      ProgramOp r;
+      r.type = ProgramOpType::kRecv, r.pass = pass.kind, r.micro_batch = pass.micro_batch, r.chunk = pass.chunk;
+      r.peer = static_cast<int32_t>((pass.kind == OpKind::kForward ? vs - 1 : vs + 1) % p_.pp);
+      r.stream = StreamKind::kPpRecv, r.bytes = prog_.boundary_bytes;
+      if (last_compute_ >= 0) r.waits_for = {last_compute_};  // posted once the previous op is done
+      waits.push_back(add(std::move(r)));
+    }
+    ProgramOp c;
+    c.type = ProgramOpType::kCompute, c.pass = pass.kind, c.micro_batch = pass.micro_batch, c.chunk = pass.chunk;
+    const bool split = splits_weight_gradients(p_.schedule);
+    const TpTraffic& own = tp_[static_cast<int>(pass.kind)];
+    const TpTraffic& w = tp_[static_cast<int>(OpKind::kWeight)];
+    const bool with_w = pass.kind == OpKind::kBackward && !split;
+    c.bytes = d(prog_.layers_per_chunk) * (own.count * own.bytes + (with_w ? w.count * w.bytes : 0.0));
+    c.sent_bytes = d(prog_.layers_per_chunk) * (own.sent_bytes + (with_w ? w.sent_bytes : 0.0));
+    c.waits_for = std::move(waits);
+    c.frees_activations = releases_activations(pass.kind, p_.schedule);
+    before_last_compute_ = last_compute_;
+    last_compute_ = add(std::move(c));
+    const int64_t to = send_target(p_, pass.kind, pass.chunk, stage_);
+    if (to >= 0) {
+      ProgramOp s;
+      s.type = ProgramOpType::kSend, s.pass = pass.kind, s.micro_batch = pass.micro_batch, s.chunk = pass.chunk;
+      s.peer = static_cast<int32_t>(to % p_.pp), s.stream = StreamKind::kPpSend;
+      s.bytes = s.sent_bytes = prog_.boundary_bytes;
+      s.waits_for = {last_compute_};
+      const int32_t id = add(std::move(s));
+      if (!p_.execution.overlap_p2p) blocking_.push_back(id);  // Megatron's blocking send/recv pairs
+    }
+    return last_compute_;
+  }
+
+  // TP with SP: the norm weights saw only this rank's tokens; their gradients are summed over TP.
+  int32_t add_norm_gradients(int64_t chunk, int32_t micro_batch, int32_t after) {
+    const LayerParams lp = layer_params(m_);
+    const bool last = virtual_stage(stage_, chunk, p_.pp) == p_.pp * p_.virtual_stages - 1;
+    const double params = d(prog_.layers_per_chunk) * d(lp.replicated) + (last ? d(edge_params(m_).final_norm) : 0.0);
+    ProgramOp n = collective(CollectiveRole::kNormGradients, Collective::kAllReduce, GroupKind::kTp, StreamKind::kDp,
+                             params * bytes_per_param(p_).gradients);
+    n.chunk = static_cast<int32_t>(chunk), n.micro_batch = micro_batch;
+    n.waits_for = {after};
+    return add(std::move(n));
+  }
+
+  bool sp_norms() const { return p_.sequence_parallel && p_.tp > 1; }
+
+  // ZeRO-2/3: each releasing op's gradients are reduce-scattered into the shards right away.
+  void add_shard_reduction(const PipelineOp& pass, int32_t compute) {
+    std::vector<int32_t> waits = {compute};
+    if (sp_norms()) waits.push_back(add_norm_gradients(pass.chunk, pass.micro_batch, compute));
+    if (p_.dp < 2) return;
+    ProgramOp rs = collective(CollectiveRole::kGradientShard, Collective::kReduceScatter, GroupKind::kDp,
+                              StreamKind::kDp, stage_grad_bytes_);
+    rs.micro_batch = pass.micro_batch, rs.chunk = pass.chunk;
+    rs.waits_for = std::move(waits);
+    const int32_t id = add(std::move(rs));
+    if (!p_.execution.overlap_grad_reduce) blocking_.push_back(id);
+  }
+
+  // A chunk's gradients are complete after op `producer`: SP norms, the tied embedding, then its
+  // DP buckets, each waiting for its share of the producer's layers.
+  void add_chunk_gradients(int64_t chunk, int32_t producer) {
+    std::vector<int32_t> prior;
+    if (sp_norms()) prior.push_back(add_norm_gradients(chunk, -1, producer));
+    const int64_t vs = virtual_stage(stage_, chunk, p_.pp);
+    if (m_.tied_embeddings && p_.pp > 1 && (vs == 0 || vs == p_.pp * p_.virtual_stages - 1)) {
+      const double bytes = d(edge_params(m_).token_embedding) / d(p_.tp) * bytes_per_param(p_).gradients;
+      ProgramOp e = collective(CollectiveRole::kEmbedding, Collective::kAllReduce, GroupKind::kEmbedding,
+                               StreamKind::kDp, bytes);
+      e.waits_for = {producer};
+      prior.push_back(add(std::move(e)));
+    }
+    if (p_.dp < 2) return;
+    const Collective c = p_.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
+    for (int64_t k = 0; k < buckets_; ++k) {
+      ProgramOp b = collective(CollectiveRole::kGradientBucket, c, GroupKind::kDp, StreamKind::kDp,
+                               stage_grad_bytes_ / d(p_.virtual_stages) / d(buckets_));
+      b.chunk = static_cast<int32_t>(chunk), b.bucket = next_bucket_++;
+      b.waits_for = {producer};
+      b.first_wait_fraction = p_.execution.overlap_grad_reduce ? d(k + 1) / d(buckets_) : 1.0;
+      if (k == buckets_ - 1) b.waits_for.insert(b.waits_for.end(), prior.begin(), prior.end());
+      add(std::move(b));
+    }
+  }
+
+  void add_optimizer() {
+    ProgramOp o;
+    o.type = ProgramOpType::kOptimizer;
+    for (StreamKind s : {StreamKind::kTp, StreamKind::kPpSend, StreamKind::kDp})
+      if (last_on_[static_cast<int>(s)] >= 0) o.waits_for.push_back(last_on_[static_cast<int>(s)]);
+    const int32_t opt = add(std::move(o));
+    if (p_.dp < 2 || (p_.zero != 1 && p_.zero != 2)) return;
+    const int64_t total = p_.virtual_stages * buckets_;
+    for (int64_t k = 0; k < total; ++k) {
+      ProgramOp g = collective(CollectiveRole::kWeightBucket, Collective::kAllGather, GroupKind::kDp, StreamKind::kDp,
+                               stage_weight_bytes_ / d(total));
+      g.bucket = static_cast<int32_t>(k);
+      g.waits_for = {opt};
+      add(std::move(g));
+    }
+  }
+
+  const ModelSpec& m_;
+  const Plan& p_;
+  const StepProgram& prog_;
+  const int64_t stage_, buckets_;
+  double stage_grad_bytes_ = 0, stage_weight_bytes_ = 0;
+  TpTraffic tp_[3];
+  StageProgram out_;
+  int32_t last_compute_ = -1, before_last_compute_ = -1, next_bucket_ = 0;
+  int32_t last_on_[5] = {-1, -1, -1, -1, -1};
+  std::vector<int32_t> blocking_;  // ops the next compute op waits for (blocking sends, reductions)
+};
+
+}  // namespace
+
+StepProgram build_step_program(const ModelSpec& m, const Plan& plan) {
+  StepProgram prog{plan, RankGrid(plan), {}, plan.layers_per_chunk(m.layers), 0, 0};
+  const double tensor = d(plan.seq_len) * d(plan.micro_batch) * d(m.hidden) * activation_element_bytes(plan.precision);
+  prog.boundary_bytes = tensor / d(plan.tp);  // Megatron's scatter-gather: each TP rank sends 1/t
+  const ActivationOptions ao{plan.seq_len, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute,
+                             plan.execution.attention};
+  prog.activation_bytes_per_pass = d(prog.layers_per_chunk) * layer_activation_bytes(m, ao).total();
+  std::vector<std::vector<PipelineOp>> schedule =
+      pipeline_ops(plan.schedule, plan.pp, plan.micro_batches(), plan.virtual_stages);
+  for (int64_t s = 0; s < plan.pp; ++s) prog.stages.push_back(StageBuilder(m, prog, s).build(std::move(schedule[s])));
+  return prog;
+}
+
+}  // namespace parallax

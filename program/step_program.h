@@ -1,0 +1,125 @@
+// StepProgram: one training step of a plan as what every rank of each pipeline stage issues, in
+// order — compute passes (F, B, W of a micro-batch through a model chunk), pipeline sends and
+// receives, data-parallel and other collectives, and the optimizer step — each with its canonical
+// trace name, stream, communication group, bytes (nccl-tests accounting, program/collective.h),
+// the earlier ops it waits for, and whether it frees a micro-batch's activations.
+//
+// The simulator lowers it to a task graph (planner/lowering.h) with per-op durations from the
+// cost model; the CPU and GPU runtimes execute it through one step executor
+// (runtime/step_executor.h) and trace every op under the same name. So a predicted and a measured
+// trace of one plan hold the same events, and `compare` matches them by construction.
+//
+// Issue order on a stage, for each pipeline op of program/schedule.h:
+//   [ZeRO-3: all-gather of the stage's weights]  [receive of the input]  compute
+//   [send of the output]  [ZeRO-2/3: gradient reduce-scatter]
+// after a chunk's last releasing op (its last B; ZB-H1: its last W) the chunk's gradient
+// collectives (SP norm all-reduce over TP, the tied-embedding all-reduce, DP buckets — right
+// there with overlap_grad_reduce, else after the stage's last op), then `optimizer`, then
+// ZeRO-1/2's weight all-gathers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/model_spec.h"
+#include "program/collective.h"
+#include "program/plan.h"
+#include "program/rank_grid.h"
+#include "program/schedule.h"
+#include "program/trace_schema.h"
+
+namespace parallax {
+
+enum class ProgramOpType : uint8_t {
+  kCompute,     // F, B or W (`pass`) of (micro_batch, chunk)
+  kSend,        // the output of `pass` (mb, chunk) to pipeline stage `peer`
+  kRecv,        // the input of `pass` (mb, chunk) from pipeline stage `peer`
+  kCollective,  // `collective` over `group`, for the `role` below
+  kOptimizer,   // gradient norm, clipping, loss scaling (skip on overflow), AdamW
+};
+
+// What a collective is for.
+enum class CollectiveRole : uint8_t {
+  kNone,
+  kGradientBucket,  // DP: reduce bucket `bucket` (ZeRO 0: all-reduce; 1: reduce-scatter)
+  kGradientShard,   // DP, ZeRO-2/3: reduce-scatter one micro-batch's gradients into the shards
+  kWeightBucket,    // DP, ZeRO-1/2: all-gather bucket `bucket` of updated weights after the optimizer
+  kWeightGather,    // DP, ZeRO-3: all-gather the stage's weights before pass (mb, chunk)
+  kNormGradients,   // TP with SP: all-reduce the norm weights' partial gradients of `chunk`
+  kEmbedding,       // first + last stage: all-reduce the tied embedding's gradient
+};
+
+struct ProgramOp {
+  ProgramOpType type = ProgramOpType::kCompute;
+  CollectiveRole role = CollectiveRole::kNone;
+  OpKind pass = OpKind::kForward;  // compute; send/recv: the pass whose output moves; weight gather
+  int32_t micro_batch = -1, chunk = -1;
+  int32_t bucket = -1;
+  int32_t peer = -1;  // send/recv: the other pipeline stage
+  Collective collective = Collective::kSendRecv;
+  GroupKind group = GroupKind::kPp;
+  StreamKind stream = StreamKind::kCompute;
+  // Communication: the full buffer (nccl-tests S). Compute: the full buffers of the TP collectives
+  // inside it, summed.
+  double bytes = 0;
+  double sent_bytes = 0;  // bytes this rank sends (nccl-tests accounting)
+  // Earlier ops of this stage (indices) that must finish before this one starts, besides the
+  // previous op on its stream. The first may be waited for only up to `first_wait_fraction` of its
+  // duration: a DP bucket needs just its layers' share of the last backward.
+  std::vector<int32_t> waits_for;
+  double first_wait_fraction = 1;
+  bool frees_activations = false;  // the last use of (mb, chunk)'s saved activations
+};
+
+// The canonical trace name: "F mb=3 chunk=0", "send pp F mb=3 chunk=0" (the output of that F),
+// "recv pp B mb=3 chunk=1" (the gradient B mb=3 chunk=1 needs), "allreduce dp bucket=2",
+// "reduce-scatter dp mb=3 chunk=0", "all-gather dp bucket=1", "all-gather dp F mb=3 chunk=0",
+// "allreduce tp norms chunk=0", "allreduce embedding", "optimizer".
+std::string op_name(const ProgramOp& op);
+// The TP collectives inside compute op `op`, as one event on the tp track: "tp F mb=3 chunk=0".
+std::string tp_event_name(const ProgramOp& op);
+
+// The TP collectives of one layer in one pass for one micro-batch: `count` collectives on
+// buffers of `bytes` (b s h activations). Without SP two all-reduces forward and two backward;
+// with SP an all-gather and a reduce-scatter in their place (same bytes, Korthikanti et al.), and
+// W re-gathers the two sequence-sharded GEMM inputs; full recompute repeats the forward's in B.
+struct TpTraffic {
+  int count = 0;
+  double bytes = 0;      // one collective's full buffer
+  double sent_bytes = 0; // what this rank sends for all `count`
+};
+TpTraffic tp_traffic(const ModelSpec& m, const Plan& plan, OpKind pass);
+
+// Gradient buckets per model chunk: the chunk's gradient bytes over execution.dp_bucket_mib,
+// rounded up, between 1 and 64 (which keeps the task count bounded). Both runtimes cut a chunk's
+// flat gradient into this many equal ranges (bucket_range).
+int64_t dp_buckets_per_chunk(const ModelSpec& m, const Plan& plan, int64_t stage);
+struct ElementRange {
+  int64_t begin = 0, end = 0;
+};
+// Bucket k of n of `elements` values: [k ceil(E/n), min((k+1) ceil(E/n), E)).
+ElementRange bucket_range(int64_t elements, int64_t n, int64_t k);
+
+struct StageProgram {
+  std::vector<ProgramOp> ops;
+  std::vector<PipelineOp> schedule;  // the pipeline ops, in order (the compute ops above)
+};
+
+struct StepProgram {
+  Plan plan;
+  RankGrid grid;
+  std::vector<StageProgram> stages;
+  int64_t layers_per_chunk = 0;
+  double boundary_bytes = 0;          // one pipeline transfer, per GPU
+  double activation_bytes_per_pass = 0;  // one micro-batch through one chunk's layers
+};
+
+// Precondition: check_plan(plan, m, ...) is ok.
+StepProgram build_step_program(const ModelSpec& m, const Plan& plan);
+
+// The virtual stage the output of `pass` (mb, chunk) on `stage` goes to (F: the next, B: the
+// previous), or -1 for none.
+int64_t send_target(const Plan& plan, OpKind pass, int64_t chunk, int64_t stage);
+
+}  // namespace parallax

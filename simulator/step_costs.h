@@ -1,0 +1,81 @@
+// Per-op costs of a plan on a cluster — the one cost module. The analytical estimate
+// (planner/estimate.h) and the simulation's lowering (planner/lowering.h) both price their work
+// here: a layer's forward, input-gradient and weight-gradient passes (GEMMs by shape, the
+// attention kernel, memory-bound kernels, the TP collectives inside), the embedding and output
+// layer, a pipeline transfer, the optimizer step, and (OpCosts) every op of a StepProgram.
+#pragma once
+
+#include <cstdint>
+
+#include "models/model_spec.h"
+#include "program/plan.h"
+#include "program/step_program.h"
+#include "simulator/cluster_spec.h"
+#include "simulator/collective_cost.h"
+
+namespace parallax {
+
+// One layer, one micro-batch, one GPU; TP collectives included.
+struct LayerTiming {
+  double forward_s = 0;
+  double backward_input_s = 0;  // incl. what recompute re-runs
+  double backward_weight_s = 0;
+  double tp_comm_s = 0;         // the TP collective time inside the three above
+  double tp_forward_s = 0, tp_backward_input_s = 0, tp_backward_weight_s = 0;  // its split by pass
+  double tp_bytes = 0;          // bytes this GPU sends in TP collectives, forward + backward
+};
+LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
+
+// The embedding (first stage) and the output layer with the loss (last stage), one micro-batch.
+struct EdgeTiming {
+  double first_forward_s = 0, first_backward_s = 0;
+  double last_forward_s = 0, last_backward_input_s = 0, last_backward_weight_s = 0;
+};
+EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
+
+// One pipeline transfer: the boundary activation (or its gradient) of one micro-batch. Megatron
+// splits it over the TP ranks, each sending 1/t (scatter-gather); without SP the receiver then
+// all-gathers it over TP, which is part of the transfer's time.
+struct P2pCost {
+  double bytes = 0;   // sent by one GPU
+  double time_s = 0;  // until the receiver holds the whole tensor
+};
+P2pCost pipeline_transfer(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
+
+// Optimizer step of one GPU holding `stage_params` parameters before ZeRO sharding: memory-bound
+// passes over the local shard — overflow check and gradient norm (read g each), Adam (read g, read
+// and write fp32 master, m, v), cast to 16-bit weights (read 4, write 2), zero the gradients
+// (write g): 4g + 30 bytes per parameter, g the gradient bytes (2, or 4 with fp32_gradients; fp32:
+// no cast, 3g + 24) — at the optimizer efficiency of HBM bandwidth on the GPU, or (offload) on the
+// host plus the PCIe copies of gradients down and weights up.
+double optimizer_step_s(const ClusterSpec& c, const Plan& plan, double stage_params);
+
+// Where the groups of `kind` lie on the cluster's nodes (the plan's rank layout) and so which
+// link their collectives run at.
+LinkTier group_link(const ClusterSpec& c, const Plan& plan, GroupKind kind);
+
+// Durations of a StepProgram's ops on one stage's representative GPU.
+class OpCosts {
+ public:
+  OpCosts(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
+  // Compute ops include their TP collectives and fixed per-micro-batch cost; a send or receive is
+  // the transfer; the optimizer includes the fixed per-step cost.
+  double duration_s(const ProgramOp& op, int64_t stage) const;
+  // The TP collective time inside a compute op (part of its duration).
+  double tp_s(const ProgramOp& op) const;
+  const LayerTiming& layer() const { return layer_; }
+  const EdgeTiming& edge() const { return edge_; }
+
+ private:
+  double compute_s(const ProgramOp& op, int64_t stage) const;
+
+  const ModelSpec& m_;
+  const ClusterSpec& c_;
+  const Plan& p_;
+  LayerTiming layer_;
+  EdgeTiming edge_;
+  P2pCost p2p_;
+  double layers_ = 0;
+};
+
+}  // namespace parallax
