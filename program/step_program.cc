@@ -236,7 +236,7 @@ class StageBuilder {
     for (int64_t k = 0; k < buckets_; ++k) {
       ProgramOp b = collective(CollectiveRole::kGradientBucket, c, GroupKind::kDp, StreamKind::kDp,
                                stage_grad_bytes_ / d(p_.virtual_stages) / d(buckets_));
-      b.chunk = static_cast<int32_t>(chunk), b.bucket = next_bucket_++;
+      b.chunk = static_cast<int32_t>(chunk), b.bucket = static_cast<int32_t>(chunk * buckets_ + k);
       b.waits_for = {producer};
       b.first_wait_fraction = p_.execution.overlap_grad_reduce ? d(k + 1) / d(buckets_) : 1.0;
       if (k == buckets_ - 1) b.waits_for.insert(b.waits_for.end(), prior.begin(), prior.end());
@@ -268,7 +268,7 @@ class StageBuilder {
   double stage_grad_bytes_ = 0, stage_weight_bytes_ = 0;
   TpTraffic tp_[3];
   StageProgram out_;
-  int32_t last_compute_ = -1, before_last_compute_ = -1, next_bucket_ = 0;
+  int32_t last_compute_ = -1, before_last_compute_ = -1;
   int32_t last_on_[5] = {-1, -1, -1, -1, -1};
   std::vector<int32_t> blocking_;  // ops the next compute op waits for (blocking sends, reductions)
 };

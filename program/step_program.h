@@ -42,7 +42,7 @@ enum class ProgramOpType : uint8_t {
 // What a collective is for.
 enum class CollectiveRole : uint8_t {
   kNone,
-  kGradientBucket,  // DP: reduce bucket `bucket` (ZeRO 0: all-reduce; 1: reduce-scatter)
+  kGradientBucket,  // DP: reduce bucket `bucket` = chunk * buckets per chunk + k (ZeRO 0: all-reduce; 1: reduce-scatter)
   kGradientShard,   // DP, ZeRO-2/3: reduce-scatter one micro-batch's gradients into the shards
   kWeightBucket,    // DP, ZeRO-1/2: all-gather bucket `bucket` of updated weights after the optimizer
   kWeightGather,    // DP, ZeRO-3: all-gather the stage's weights before pass (mb, chunk)

@@ -1,7 +1,6 @@
 #include "runtime/distributed_optimizer.h"
 
 #include <algorithm>
-#include <limits>
 
 namespace parallax {
 
@@ -54,10 +53,6 @@ void DistributedOptimizer::step(const kernels::AdamWConfig& cfg, int step, float
 }
 
 void DistributedOptimizer::discard_gradients() { std::fill(grad_.begin(), grad_.end(), 0.0f); }
-
-void DistributedOptimizer::poison_gradient() {
-  if (!grad_.empty()) grad_[0] = std::numeric_limits<float>::infinity();
-}
 
 void DistributedOptimizer::gather_bucket(int64_t b) {
   const ElementRange r = layout_.bucket(b);

@@ -37,9 +37,8 @@ class DistributedOptimizer {
   void gather_bucket(int64_t b);
   void gather_parameters();
   void release_parameters();
-  // Drops the pieces' gradients (a skipped step); poisons one (a test hook for overflow).
+  // Drops the pieces' gradients (a skipped step).
   void discard_gradients();
-  void poison_gradient();
   // The pieces' state (master copy, moments) for checkpoints.
   std::vector<Buffer*> state() { return {&master_, &m_, &v_}; }
 

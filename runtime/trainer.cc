@@ -153,6 +153,10 @@ void Trainer::compute(const ProgramOp& op, int64_t step_index) {
   } else if (op.pass == OpKind::kBackward) {
     model_.backward(op.chunk, in_.data(), out_.data(), b, s, *tp_, states_[key]);
     states_.erase(key);
+    // The overflow test hook: an inf in one rank's gradients before any reduction, which carries it
+    // to every rank of its DP group (the norm's sums over TP and PP do the rest).
+    if (step_index == options_.inject_overflow_step && coords_ == RankCoords{})
+      model_.chunk_params(op.chunk).front()->grad[0] = std::numeric_limits<float>::infinity();
   }
   if (plan_.zero == 3 && op.pass != OpKind::kWeight) zero_->release_parameters();
 }
@@ -230,9 +234,6 @@ void Trainer::optimizer(int64_t step_index, StepStats& stats) {
   float loss = static_cast<float>(loss_);
   pp_->all_reduce(&loss, 1, ReduceOp::kSum);  // only the last stage holds losses
   dp_->all_reduce(&loss, 1, ReduceOp::kSum);
-  const bool poison = step_index == options_.inject_overflow_step && coords_ == RankCoords{};
-  if (poison && zero_) zero_->poison_gradient();
-  if (poison && !zero_) model_.params()[0]->grad[0] = std::numeric_limits<float>::infinity();
   const UpdateDecision d = decide_update(scaler_, gradient_norm(), options_.clip_norm, step_index == options_.skip_step);
   stats = d.stats;
   stats.loss = loss / static_cast<double>(plan_.global_batch * plan_.seq_len);

@@ -262,6 +262,12 @@ void GpuTrainerImpl<T>::run_program(float dloss, int64_t step_index, StepStats& 
         } else if (op.pass == OpKind::kBackward) {
           model_->backward(*states[mb], stage_in_.data(), stage_out_.data(), b, s, *tp_, std::function<void(int)>());
           states[mb].reset();
+          // The overflow test hook: an inf before any reduction carries to every rank (as the CPU's).
+          if (step_index == options_.train.inject_overflow_step && coords_ == RankCoords{}) {
+            const float inf = std::numeric_limits<float>::infinity();
+            cu::check(cudaMemcpyAsync(model_->grads(), &inf, sizeof inf, cudaMemcpyHostToDevice, compute_), "poison");
+            sync(*tp_, compute_, "poison");  // `inf` lives on this stack frame
+          }
         }  // W: B computed the weight gradients too (as in the CPU runtime)
         close(r, compute_);
         break;
@@ -366,12 +372,6 @@ StepStats GpuTrainerImpl<T>::step(int64_t step_index) {
 // (runtime/optimizer_step.h) on the global gradient norm.
 template <class T>
 void GpuTrainerImpl<T>::optimizer(int64_t step_index, StepStats& stats) {
-  const bool poison = step_index == options_.train.inject_overflow_step && coords_ == RankCoords{};
-  if (poison) {
-    const float inf = std::numeric_limits<float>::infinity();
-    cu::check(cudaMemcpyAsync(model_->grads() + shard_.offset, &inf, sizeof inf, cudaMemcpyHostToDevice, compute_), "poison");
-    sync(*tp_, compute_, "poison");
-  }
   float loss = 0;
   cu::check(cudaMemcpyAsync(&loss, scalar_.data(), sizeof loss, cudaMemcpyDeviceToHost, compute_), "loss");
   sync(*tp_, compute_, "loss");
