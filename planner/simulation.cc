@@ -145,7 +145,8 @@ nlohmann::json simulation_trace(const Simulation& sim, const nlohmann::json& met
       if (op.sent_bytes > 0) e["args"] = {{"bytes", op.sent_bytes}};
       events.push_back(std::move(e));
       const double tp = sim.tp_s[s][i];
-      if (tp > 0) events.push_back(trace_event(pid, StreamKind::kTp, tp_event_name(op), span.finish_s - tp, tp));
+      if (op.type == ProgramOpType::kCompute && op.bytes > 0)  // the program's rule, as the runtimes'
+        events.push_back(trace_event(pid, StreamKind::kTp, tp_event_name(op), span.finish_s - tp, tp));
       if (op.type != ProgramOpType::kCompute) continue;
       const bool alloc = op.pass == OpKind::kForward;
       if (!alloc && !op.frees_activations) continue;

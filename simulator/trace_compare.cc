@@ -78,21 +78,29 @@ double exposed_communication(const std::vector<Event>& events) {
   return compute.empty() ? total : total / static_cast<double>(compute.size());
 }
 
+bool is_pass(const std::string& name) {
+  return name.size() > 2 && (name[0] == 'F' || name[0] == 'B' || name[0] == 'W') && name[1] == ' ';
+}
+
 TraceSummary summarise(const std::vector<Event>& events, const nlohmann::json& trace) {
   TraceSummary s;
-  double begin = events.front().start_s, end = 0;
-  std::map<int, double> busy;
+  double begin = events.front().start_s, end = 0, pipeline_end = 0;
+  std::map<int, double> busy;  // F/B/W seconds per process
   for (const Event& e : events) {
     begin = std::min(begin, e.start_s);
     end = std::max(end, e.start_s + e.duration_s);
-    if (e.tid == 0) busy[e.pid] += e.duration_s;
+    busy[e.pid] += 0;
+    if (is_pass(e.name)) busy[e.pid] += e.duration_s, pipeline_end = std::max(pipeline_end, e.start_s + e.duration_s);
   }
   const nlohmann::json meta =
       trace.contains("metadata") && trace["metadata"].is_object() ? trace["metadata"] : nlohmann::json::object();
   s.step_time_s = meta.contains("step_time_s") && meta["step_time_s"].is_number() ? meta["step_time_s"].get<double>()
                                                                                    : end - begin;
+  // StepReport's definition (README "Bubble"): the share of the pipeline phase, from the step's
+  // start to the end of the last F/B/W, that a stage does no F/B/W, averaged over stages.
+  const double phase = pipeline_end - begin;
   double idle = 0;
-  for (const auto& [pid, b] : busy) idle += std::max(0.0, (end - begin) - b) / (end - begin);
+  for (const auto& [pid, b] : busy) idle += phase > 0 ? std::max(0.0, phase - b) / phase : 0.0;
   s.bubble_fraction = busy.empty() ? 0 : idle / static_cast<double>(busy.size());
   if (meta.contains("peak_memory_bytes") && meta["peak_memory_bytes"].is_number())
     s.peak_memory_bytes = meta["peak_memory_bytes"].get<double>();

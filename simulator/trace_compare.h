@@ -27,7 +27,7 @@ struct KindSummary {
 
 struct TraceSummary {
   double step_time_s = 0;
-  double bubble_fraction = 0;  // compute tracks' idle share of the step, averaged over processes
+  double bubble_fraction = 0;  // as StepReport::bubble_fraction, from the F/B/W events
   double peak_memory_bytes = 0;  // from metadata, 0 when absent
   double exposed_comm_s = 0;     // communication events outside any compute event, per process (mean)
 };

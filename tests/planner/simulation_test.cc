@@ -8,6 +8,7 @@
 
 #include "planner/export.h"
 #include "planner/search.h"
+#include "simulator/trace_compare.h"
 
 namespace parallax {
 namespace {
@@ -218,6 +219,36 @@ TEST(Search, PrunedRankingEqualsExhaustiveSimulation) {
     for (size_t i = 0; i < 10; ++i)
       EXPECT_EQ(plan_to_json(pruned->plans[i].plan), plan_to_json(exhaustive[i].plan)) << k.model << " rank " << i + 1;
     EXPECT_LT(pruned->simulated, static_cast<int64_t>(all->plans.size())) << k.model;
+  }
+}
+
+}  // namespace
+}  // namespace parallax
+
+namespace parallax {
+namespace {
+
+// One definition of bubble fraction: `compare` reading a simulation's own trace finds the bubble
+// the simulation reports.
+TEST(Simulation, BubbleMatchesCompareOnItsTrace) {
+  const ModelSpec m = load_model("llama3-8b").value();
+  const ClusterSpec c = load_cluster("dgx-h100").value();
+  for (Schedule s : {Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1}) {
+    Plan p;
+    p.tp = 2;
+    p.pp = 4;
+    p.dp = 2;
+    p.zero = 1;
+    p.global_batch = 32;
+    p.seq_len = 4096;
+    p.schedule = s;
+    p.virtual_stages = s == Schedule::kInterleaved ? 2 : 1;
+    Result<Simulation> sim = simulate_step(m, c, p);
+    ASSERT_TRUE(sim.ok()) << sim.error();
+    const nlohmann::json trace = simulation_trace(*sim, {});
+    Result<Comparison> cmp = compare_traces(trace, trace);
+    ASSERT_TRUE(cmp.ok()) << cmp.error();
+    EXPECT_NEAR(cmp->predicted.bubble_fraction, sim->report.bubble_fraction, 1e-6) << schedule_name(s);
   }
 }
 

@@ -34,6 +34,19 @@ TEST(Compare, MatchesByStageAndName) {
   EXPECT_NEAR(c->kinds[0].measured_median_s, 18e-6, 1e-12);
 }
 
+// Bubble as StepReport defines it. Two stages; the pipeline phase ends with stage 0's B at 40 us.
+// Stage 0 does F/B for 10 + 20 = 30 us: idle 10/40. Stage 1 does 10 + 10 = 20 us: idle 20/40. The
+// DP reduction after 40 us and the optimizer are outside the phase. Mean: (0.25 + 0.5) / 2 = 0.375.
+TEST(Compare, BubbleIsTheIdleShareOfThePipelinePhase) {
+  const nlohmann::json t = {
+      {"traceEvents", {ev(0, 0, "F mb=0 chunk=0", 0, 10), ev(1, 0, "F mb=0 chunk=0", 10, 10),
+                       ev(1, 0, "B mb=0 chunk=0", 20, 10), ev(0, 0, "B mb=0 chunk=0", 20, 20),
+                       ev(0, 4, "allreduce dp bucket=0", 40, 5), ev(0, 0, "optimizer", 45, 5)}}};
+  Result<Comparison> c = compare_traces(t, t);
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_DOUBLE_EQ(c->predicted.bubble_fraction, 0.375);
+}
+
 TEST(Compare, MalformedTraces) {
   EXPECT_EQ(compare_traces(nlohmann::json::object(), nlohmann::json::object()).error(),
             "predicted trace: missing 'traceEvents' array");
