@@ -43,12 +43,19 @@ JsonFields::JsonFields(const nlohmann::json& object, std::string where)
 }
 
 const nlohmann::json* JsonFields::find(const char* key) const {
+  known_.insert(key);
   auto it = object_.find(key);
   if (it == object_.end() || it->is_null()) return nullptr;
   return &*it;
 }
 
 bool JsonFields::has(const char* key) const { return find(key) != nullptr; }
+
+void JsonFields::reject_unknown_keys(std::initializer_list<const char*> also_known) {
+  known_.insert(also_known.begin(), also_known.end());
+  for (const auto& [key, value] : object_.items())
+    if (!known_.count(key)) return fail(key, "is not a key of this section (misspelt?)");
+}
 
 void JsonFields::fail(const std::string& key, const std::string& problem) {
   if (!error_.empty()) return;

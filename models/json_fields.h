@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -35,6 +37,11 @@ class JsonFields {
   // A nested object; on error returns an empty object and records the problem.
   const nlohmann::json& required_object(const char* key);
 
+  // After every key has been asked for: the first key of the object that was not (nor is in
+  // `also_known`) is an error, so a misspelt key is never read as its default. The plan and cluster
+  // readers call it; a Hugging Face config has keys Parallax does not use and does not.
+  void reject_unknown_keys(std::initializer_list<const char*> also_known = {});
+
   // Records a problem found by the caller (e.g. a cross-field constraint).
   void fail(const std::string& key, const std::string& problem);
 
@@ -48,6 +55,7 @@ class JsonFields {
   const nlohmann::json& object_;
   std::string where_;
   std::string error_;
+  mutable std::set<std::string> known_;  // keys asked for
 };
 
 }  // namespace parallax

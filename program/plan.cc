@@ -191,6 +191,7 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   if (f.ok() && e.dp_bucket_mib > 1e6) f.fail("dp_bucket_mib", "must be <= 1e6");
   if (f.ok() && e.allocator_margin > 1) f.fail("allocator_margin", "is a fraction and must be <= 1");
   if (f.ok() && (e.microbatch_overhead_us > 1e9 || e.step_overhead_us > 1e9)) f.fail("overhead", "must be <= 1e9 us");
+  f.reject_unknown_keys();
   return f.error();
 }
 }  // namespace
@@ -214,6 +215,7 @@ Result<Plan> plan_from_json(const nlohmann::json& j, const std::string& where) {
   p.precision = read_enum(f, "precision", parse_precision, "fp32|bf16|fp16", p.precision);
   p.offload = f.optional_bool("offload", false);
   p.tp_across_nodes = f.optional_bool("tp_across_nodes", false);
+  f.reject_unknown_keys({"execution"});
   if (!f.ok()) return Error{f.error()};
   if (f.has("execution")) {
     std::string error = read_execution(j.at("execution"), where, p.execution);

@@ -47,6 +47,7 @@ Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
   g.reserved_gib = f.required_number("reserved_gib", /*allow_zero=*/true);
   require_source(f);
   if (f.ok() && g.reserved_gib >= g.hbm_gib) f.fail("reserved_gib", "must be less than hbm_gib");
+  f.reject_unknown_keys({"source"});
   if (!f.ok()) return Error{f.error()};
   return Status::Ok();
 }
@@ -57,6 +58,7 @@ Status read_node(const nlohmann::json& j, const std::string& where, NodeSpec& n)
   n.busbw_gbps = f.required_number("busbw_gbps");
   n.latency_us = f.required_number("latency_us", /*allow_zero=*/true);
   require_source(f);
+  f.reject_unknown_keys({"source"});
   if (!f.ok()) return Error{f.error()};
   return Status::Ok();
 }
@@ -71,6 +73,7 @@ Status read_network(const nlohmann::json& j, const std::string& where, NetworkSp
   if (f.ok() && n.oversubscription < 1.0) f.fail("oversubscription", "must be >= 1 (1 = non-blocking)");
   n.nodes_per_leaf = f.required_int("nodes_per_leaf");
   require_source(f);
+  f.reject_unknown_keys({"source"});
   if (!f.ok()) return Error{f.error()};
   return Status::Ok();
 }
@@ -81,6 +84,7 @@ Status read_host(const nlohmann::json& j, const std::string& where, HostSpec& h)
   h.memory_gbps = f.required_number("memory_gbps");
   h.pcie_gbps = f.required_number("pcie_gbps");
   require_source(f);
+  f.reject_unknown_keys({"source"});
   if (!f.ok()) return Error{f.error()};
   return Status::Ok();
 }
@@ -96,6 +100,7 @@ Result<ClusterSpec> cluster_from_json(const nlohmann::json& j, const std::string
   const nlohmann::json& node = f.required_object("node");
   const nlohmann::json& network = f.required_object("network");
   const nlohmann::json& host = f.required_object("host");
+  f.reject_unknown_keys({"source"});
   if (!f.ok()) return Error{f.error()};
   for (Status s : {read_gpu(gpu, where, c.gpu), read_node(node, where, c.node),
                    read_network(network, where, c.network), read_host(host, where, c.host)}) {

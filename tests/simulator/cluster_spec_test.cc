@@ -34,6 +34,10 @@ TEST(ClusterSpec, ErrorsNameSectionAndKey) {
   };
   EXPECT_EQ(error_after([](nlohmann::json& j) { j["gpu"].erase("hbm_gbps"); }),
             "c.json: gpu: key 'hbm_gbps': missing required key");
+  EXPECT_EQ(error_after([](nlohmann::json& j) { j["network"]["bw_per_gpu_gbs"] = 50; }),
+            "c.json: network: key 'bw_per_gpu_gbs': is not a key of this section (misspelt?)");
+  EXPECT_EQ(error_after([](nlohmann::json& j) { j["nodes"] = 4; }),
+            "c.json: key 'nodes': is not a key of this section (misspelt?)");
   EXPECT_EQ(error_after([](nlohmann::json& j) { j["node"]["gpus"] = 0; }),
             "c.json: node: key 'gpus': must be >= 1, got 0");
   EXPECT_EQ(error_after([](nlohmann::json& j) { j["gpu"]["gemm_max_efficiency"] = 1.5; }),
