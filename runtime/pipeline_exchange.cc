@@ -11,23 +11,22 @@ namespace parallax {
 std::vector<P2pGroup> pipeline_exchanges(const StageProgram& stage) {
   std::vector<P2pGroup> groups;
   P2pGroup pending;  // the previous op's output, still to be sent
-  auto flush = [&](P2pGroup g) {
-    g.send_to = pending.send_to, g.send_micro_batch = pending.send_micro_batch;
-    if (!g.empty()) groups.push_back(g);
+  auto flush = [&] {
+    if (!pending.empty()) groups.push_back(pending);
     pending = P2pGroup{};
   };
   for (const ProgramOp& op : stage.ops) {
     if (op.type == ProgramOpType::kSend) {
       pending.send_to = op.peer, pending.send_micro_batch = op.micro_batch;
     } else if (op.type == ProgramOpType::kRecv) {
-      P2pGroup g;
-      g.recv_from = op.peer, g.recv_micro_batch = op.micro_batch;
-      flush(g);
-    } else if (op.type == ProgramOpType::kCompute || op.type == ProgramOpType::kOptimizer) {
-      flush(P2pGroup{});
+      if (pending.send_to != op.peer) flush();  // only a pair with one neighbour travels together
+      pending.recv_from = op.peer, pending.recv_micro_batch = op.micro_batch;
+      flush();
+    } else if ((op.type == ProgramOpType::kCompute && op.pass != OpKind::kWeight) || op.type == ProgramOpType::kOptimizer) {
+      flush();  // a W reads and writes nothing at the stage boundary: a send waits past it
     }
   }
-  flush(P2pGroup{});
+  flush();
   return groups;
 }
 

@@ -1,11 +1,11 @@
-// The blocking point-to-point groups a GPU pipeline stage issues between its ops, and a check
-// that a schedule's groups cannot deadlock. At each op boundary a stage issues one group that
-// sends the previous op's output and receives this op's input (Megatron's batched send/recv
-// pairs); the stage's compute stream waits for the whole group. NCCL matches a pair's transfers
-// in issue order, a transfer larger than NCCL's buffers completes only when both sides have posted
-// it, and a group's transfers to different peer distances may run one round after another. Whether
-// every stage gets through depends on the schedule: 1F1B and GPipe always pair up; ZB-H1's
-// order must be checked (check_exchanges).
+// The blocking point-to-point groups a GPU pipeline stage issues while it executes its step
+// program, and a check that they cannot deadlock. A send is held back: it travels in one group with
+// the next receive when both are with the same neighbour (Megatron's send_forward_recv_backward /
+// send_backward_recv_forward), else alone before the next F or B (a ZB-H1 W touches no boundary
+// buffer, so a send waits past it). The stage's compute stream waits for each group. NCCL matches
+// a pair's transfers in issue order, a transfer larger than NCCL's buffers completes only when both
+// sides have posted it, and a group's transfers to different peer distances may run one round
+// after another; check_exchanges plays all of that.
 #pragma once
 
 #include <vector>
@@ -23,8 +23,7 @@ struct P2pGroup {
   bool operator==(const P2pGroup&) const = default;
 };
 
-// The groups a GPU stage issues while it executes its program (runtime/cuda/gpu_trainer.cc): a
-// send is held back and issued with the next receive, or alone before the next compute op.
+// The groups a GPU stage issues while it executes its program (runtime/cuda/gpu_trainer.cc).
 std::vector<P2pGroup> pipeline_exchanges(const StageProgram& stage);
 
 // Plays every stage's groups in order, a transfer completing only with its partner (the

@@ -215,9 +215,10 @@ size_t GpuTrainerImpl<T>::mark(int32_t op, cudaStream_t stream) {
   return used_++;
 }
 
-// This stage's program, op by op. At each op boundary one group sends the previous op's output and
-// receives this op's input (Megatron's batched send/recv pairs: a send is held back until the
-// next receive or compute op), and the compute stream waits for it (blocking p2p). Gradient
+// This stage's program, op by op. Sends are held back and issued with the next receive from the
+// same neighbour (Megatron's batched send/recv pairs), or alone before the next F or B; the
+// compute stream waits for each group (blocking p2p). runtime/pipeline_exchange.h checks that
+// these groups cannot deadlock. Gradient
 // collectives run on the DP stream after the op they wait for; the optimizer on the compute stream
 // after the DP stream. Under emulation the neighbours are stand-ins that count the bytes.
 template <class T>
@@ -228,8 +229,16 @@ void GpuTrainerImpl<T>::run_program(float dloss, int64_t step_index, StepStats& 
   const DType type = model_->dtype();
   const int64_t boundary = stage_in_.size();
   int pending = -1;  // the peer the previous op's output still goes to
+  // runtime/pipeline_exchange.h's groups: a held-back send travels with the next receive only when
+  // both are with one neighbour; otherwise it goes alone first.
   auto exchange = [&](int from, size_t record) {
     if (pending < 0 && from < 0) return;
+    if (pending >= 0 && from >= 0 && pending != from) {
+      pp_->group_start();
+      pp_->send_async(stage_out_.data(), boundary, type, pending, compute_);
+      pp_->group_end();
+      pending = -1;
+    }
     pp_->group_start();
     if (pending >= 0) pp_->send_async(stage_out_.data(), boundary, type, pending, compute_);
     if (from >= 0) pp_->recv_async(stage_in_.data(), boundary, type, from, compute_);
@@ -253,7 +262,7 @@ void GpuTrainerImpl<T>::run_program(float dloss, int64_t step_index, StepStats& 
         break;
       }
       case ProgramOpType::kCompute: {
-        exchange(-1, 0);
+        if (op.pass != OpKind::kWeight) exchange(-1, 0);  // a W leaves the boundary buffers alone
         const size_t r = mark(static_cast<int32_t>(i), compute_);
         if (op.pass == OpKind::kForward) {
           states[mb] = model_->new_micro_batch();
