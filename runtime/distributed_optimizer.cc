@@ -5,18 +5,23 @@
 namespace parallax {
 
 DistributedOptimizer::DistributedOptimizer(const FlatLayout& layout, Communicator& dp,
-                                           std::function<bool(const Param*)> counted)
+                                           std::function<bool(const Param*)> counted,
+                                           std::function<bool(const Param*)> decays)
     : layout_(layout), dp_(dp) {
   int64_t total = 0;
   for (int64_t b = 0; b < layout.buckets(); ++b) at_.push_back(total), total += piece(b);
   master_.assign(total, 0.0f), m_.assign(total, 0.0f), v_.assign(total, 0.0f), grad_.assign(total, 0.0f);
-  counted_.assign(total, 0);
+  counted_.assign(total, 0), decays_.assign(total, 0);
   for (int64_t b = 0; b < layout.buckets(); ++b) {
     const ElementRange r = layout.bucket(b);
     const int64_t lo = r.begin + dp.rank() * piece(b), hi = std::min(r.end, lo + piece(b));
     if (lo >= hi) continue;
     layout.copy_values({lo, hi}, master_.data() + at_[b]);
-    for (int64_t e = lo; e < hi; ++e) counted_[at_[b] + e - lo] = counted(layout.param_at(e)) ? 1 : 0;
+    for (int64_t e = lo; e < hi; ++e) {
+      const Param* p = layout.param_at(e);
+      counted_[at_[b] + e - lo] = counted(p) ? 1 : 0;
+      decays_[at_[b] + e - lo] = decays(p) ? 1 : 0;
+    }
   }
 }
 
@@ -47,8 +52,14 @@ double DistributedOptimizer::shard_sumsq() const {
 }
 
 void DistributedOptimizer::step(const kernels::AdamWConfig& cfg, int step, float grad_scale) {
-  kernels::adamw_update(master_.data(), grad_.data(), m_.data(), v_.data(), static_cast<long>(master_.size()), cfg,
-                        step, grad_scale);
+  kernels::AdamWConfig no_decay = cfg;
+  no_decay.weight_decay = 0;
+  const size_t n = master_.size();
+  for (size_t begin = 0, end = 0; begin < n; begin = end) {  // runs of elements alike in decay
+    while (end < n && decays_[end] == decays_[begin]) ++end;
+    kernels::adamw_update(master_.data() + begin, grad_.data() + begin, m_.data() + begin, v_.data() + begin,
+                          static_cast<long>(end - begin), decays_[begin] ? cfg : no_decay, step, grad_scale);
+  }
   std::fill(grad_.begin(), grad_.end(), 0.0f);
 }
 

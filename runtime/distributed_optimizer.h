@@ -20,8 +20,10 @@ namespace parallax {
 class DistributedOptimizer {
  public:
   // `counted(p)`: whether p's gradient enters this rank's share of the global norm (a parameter
-  // replicated over TP counts on one TP rank only). `layout` must outlive the optimizer.
-  DistributedOptimizer(const FlatLayout& layout, Communicator& dp, std::function<bool(const Param*)> counted);
+  // replicated over TP counts on one TP rank only); `decays(p)`: whether AdamW's weight decay
+  // applies to p. `layout` must outlive the optimizer.
+  DistributedOptimizer(const FlatLayout& layout, Communicator& dp, std::function<bool(const Param*)> counted,
+                       std::function<bool(const Param*)> decays);
 
   // Reduce-scatters bucket b's gradients into this rank's piece (adding to what is there) and
   // zeroes them; reduce_gradients() does every bucket.
@@ -48,7 +50,7 @@ class DistributedOptimizer {
   const FlatLayout& layout_;
   Communicator& dp_;
   std::vector<int64_t> at_;   // where bucket b's piece starts in this rank's arrays
-  std::vector<char> counted_;  // per element of the pieces
+  std::vector<char> counted_, decays_;  // per element of the pieces
   Buffer master_, m_, v_, grad_;
 };
 

@@ -71,8 +71,9 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   t->in_.assign(boundary, 0.0f), t->out_.assign(boundary, 0.0f);
   if (plan.zero >= 1) {
     Trainer* self = t.get();
-    t->zero_ = std::make_unique<DistributedOptimizer>(*t->layout_, *t->dp_,
-                                                      [self](const Param* p) { return self->counted(p); });
+    t->zero_ = std::make_unique<DistributedOptimizer>(
+        *t->layout_, *t->dp_, [self](const Param* p) { return self->counted(p); },
+        [decay = options.decay_norms_and_biases](const Param* p) { return decays(p->role, decay); });
     if (plan.zero == 3) t->zero_->release_parameters();
     return t;
   }
@@ -247,9 +248,12 @@ void Trainer::optimizer(int64_t step_index, StepStats& stats) {
     return;
   }
   std::vector<Param*> params = model_.params();
-  for (size_t i = 0; i < params.size(); ++i)
+  for (size_t i = 0; i < params.size(); ++i) {
+    kernels::AdamWConfig cfg = options_.adam;
+    if (!decays(params[i]->role, options_.decay_norms_and_biases)) cfg.weight_decay = 0;
     kernels::adamw_update(params[i]->value.data(), params[i]->grad.data(), adam_m_[i].data(), adam_v_[i].data(),
-                          static_cast<long>(params[i]->value.size()), options_.adam, static_cast<int>(updates_), d.grad_scale);
+                          static_cast<long>(params[i]->value.size()), cfg, static_cast<int>(updates_), d.grad_scale);
+  }
 }
 
 StepStats Trainer::step(int64_t step_index) {

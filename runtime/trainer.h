@@ -33,6 +33,7 @@ struct TrainOptions {
   uint64_t seed = 1234;       // parameters
   uint64_t data_seed = 42;    // synthetic tokens
   kernels::AdamWConfig adam;
+  bool decay_norms_and_biases = false;  // weight decay on them too (Megatron's default: no)
   float clip_norm = 1.0f;
   std::vector<int> data;      // token stream to train on; empty: synthetic tokens
   int64_t inject_overflow_step = -1;  // test hook: an inf in one rank's gradients at this step

@@ -14,11 +14,12 @@ namespace {
 
 constexpr float kInitStd = 0.02f;
 
-void make(Param& p, const std::string& name, int64_t size, bool replicated, float fill = 0.0f) {
+void make(Param& p, const std::string& name, int64_t size, bool replicated, ParamRole role) {
   p.name = name;
-  p.sp_partial = name.find("ln") != std::string::npos;  // ln1, ln2, lnf: norms see local tokens under SP
+  p.role = role;
+  p.sp_partial = is_norm(role);  // norms see local tokens under SP
   p.size = size;
-  p.value.assign(size, fill);
+  p.value.assign(size, role == ParamRole::kNormWeight ? 1.0f : 0.0f);
   p.grad.assign(size, 0.0f);
   p.tp_replicated = replicated;
 }
@@ -55,19 +56,19 @@ Result<Transformer> Transformer::create(const ModelSpec& m, int tp, int tp_rank,
   const int64_t h = m.hidden;
   const bool first = pp_rank == 0, last = pp_rank == pp - 1;
   if (first) {
-    make(t.wte_, "wte", t.vocab_local_ * h, false);
+    make(t.wte_, "wte", t.vocab_local_ * h, false, ParamRole::kEmbedding);
     fill_normal(t.wte_.value.data(), t.vocab_local_, h, tp_rank * t.vocab_local_, 0, h, seed, 1, kInitStd);
     if (m.positions == Positions::kLearned) {
-      make(t.wpe_, "wpe", m.max_positions * h, true);
+      make(t.wpe_, "wpe", m.max_positions * h, true, ParamRole::kEmbedding);
       fill_normal(t.wpe_.value.data(), m.max_positions, h, 0, 0, h, seed, 2, kInitStd / 2);
     }
   }
   if (last) {
-    make(t.lnf_w_, "lnf.w", h, true, 1.0f);
-    if (m.norm == Norm::kLayerNorm) make(t.lnf_b_, "lnf.b", h, true);
+    make(t.lnf_w_, "lnf.w", h, true, ParamRole::kNormWeight);
+    if (m.norm == Norm::kLayerNorm) make(t.lnf_b_, "lnf.b", h, true, ParamRole::kNormBias);
     // Untied: the output layer. Tied on several stages: a copy of the embedding (tensor id 1).
     if (!m.tied_embeddings || pp > 1) {
-      make(t.head_, m.tied_embeddings ? "wte.copy" : "head", t.vocab_local_ * h, false);
+      make(t.head_, m.tied_embeddings ? "wte.copy" : "head", t.vocab_local_ * h, false, ParamRole::kEmbedding);
       fill_normal(t.head_.value.data(), t.vocab_local_, h, tp_rank * t.vocab_local_, 0, h, seed,
                   m.tied_embeddings ? 1 : 3, kInitStd);
     }
@@ -87,29 +88,29 @@ void Transformer::init_layer(Layer& L, int64_t index, uint64_t seed) {
   const uint64_t id = 100 + 16 * static_cast<uint64_t>(index);
   const bool ln = m_.norm == Norm::kLayerNorm;
   const float out_std = kInitStd / std::sqrt(2.0f * static_cast<float>(m_.layers));  // GPT-2's residual scaling
-  make(L.ln1_w, n + "ln1.w", h, true, 1.0f);
-  make(L.ln2_w, n + "ln2.w", h, true, 1.0f);
-  if (ln) make(L.ln1_b, n + "ln1.b", h, true), make(L.ln2_b, n + "ln2.b", h, true);
+  make(L.ln1_w, n + "ln1.w", h, true, ParamRole::kNormWeight);
+  make(L.ln2_w, n + "ln2.w", h, true, ParamRole::kNormWeight);
+  if (ln) make(L.ln1_b, n + "ln1.b", h, true, ParamRole::kNormBias), make(L.ln2_b, n + "ln2.b", h, true, ParamRole::kNormBias);
   // QKV: this rank's rows of the Q, K and V blocks of the full [q + 2 kv, h] weight.
-  make(L.qkv_w, n + "qkv.w", (q_local_ + 2 * kv_local_) * h, false);
+  make(L.qkv_w, n + "qkv.w", (q_local_ + 2 * kv_local_) * h, false, ParamRole::kMatrix);
   float* w = L.qkv_w.value.data();
   fill_normal(w, q_local_, h, tp_rank_ * q_local_, 0, h, seed, id, kInitStd);
   fill_normal(w + q_local_ * h, kv_local_, h, q + tp_rank_ * kv_local_, 0, h, seed, id, kInitStd);
   fill_normal(w + (q_local_ + kv_local_) * h, kv_local_, h, q + kv + tp_rank_ * kv_local_, 0, h, seed, id, kInitStd);
-  if (m_.linear_bias || m_.qkv_bias) make(L.qkv_b, n + "qkv.b", q_local_ + 2 * kv_local_, false);
+  if (m_.linear_bias || m_.qkv_bias) make(L.qkv_b, n + "qkv.b", q_local_ + 2 * kv_local_, false, ParamRole::kBias);
   // Attention output: this rank's columns of the full [h, q] weight.
-  make(L.proj_w, n + "proj.w", h * q_local_, false);
+  make(L.proj_w, n + "proj.w", h * q_local_, false, ParamRole::kMatrix);
   fill_normal(L.proj_w.value.data(), h, q_local_, 0, tp_rank_ * q_local_, q, seed, id + 1, out_std);
-  if (m_.linear_bias) make(L.proj_b, n + "proj.b", h, true);
+  if (m_.linear_bias) make(L.proj_b, n + "proj.b", h, true, ParamRole::kBias);
   // FC1: this rank's rows (for SwiGLU, of the gate block and of the up block).
-  make(L.fc1_w, n + "fc1.w", fc1_local_ * h, false);
+  make(L.fc1_w, n + "fc1.w", fc1_local_ * h, false, ParamRole::kMatrix);
   fill_normal(L.fc1_w.value.data(), ffn_local_, h, tp_rank_ * ffn_local_, 0, h, seed, id + 2, kInitStd);
   if (m_.mlp == Mlp::kSwiGlu)
     fill_normal(L.fc1_w.value.data() + ffn_local_ * h, ffn_local_, h, f + tp_rank_ * ffn_local_, 0, h, seed, id + 2, kInitStd);
-  if (m_.linear_bias) make(L.fc1_b, n + "fc1.b", fc1_local_, false);
-  make(L.fc2_w, n + "fc2.w", h * ffn_local_, false);
+  if (m_.linear_bias) make(L.fc1_b, n + "fc1.b", fc1_local_, false, ParamRole::kBias);
+  make(L.fc2_w, n + "fc2.w", h * ffn_local_, false, ParamRole::kMatrix);
   fill_normal(L.fc2_w.value.data(), h, ffn_local_, 0, tp_rank_ * ffn_local_, f, seed, id + 3, out_std);
-  if (m_.linear_bias) make(L.fc2_b, n + "fc2.b", h, true);
+  if (m_.linear_bias) make(L.fc2_b, n + "fc2.b", h, true, ParamRole::kBias);
 }
 
 std::vector<Param*> Transformer::params() {

@@ -28,9 +28,20 @@ namespace parallax {
 // plan's model is the same (the CPU and GPU runtimes both use it).
 int64_t padded_vocab(const ModelSpec& m);
 
+// What a parameter is, decided where it is created (never from its name): norms' parameters see
+// only this rank's tokens under SP, and norms and biases take no weight decay by default.
+enum class ParamRole : uint8_t { kMatrix, kEmbedding, kNormWeight, kNormBias, kBias };
+inline bool is_norm(ParamRole r) { return r == ParamRole::kNormWeight || r == ParamRole::kNormBias; }
+// AdamW's weight decay applies to matrices and embeddings; to norms and biases only when asked
+// (Megatron-LM's default: no decay on them, --apply-wd-to-qk-layernorm aside).
+inline bool decays(ParamRole r, bool decay_norms_and_biases) {
+  return r == ParamRole::kMatrix || r == ParamRole::kEmbedding || decay_norms_and_biases;
+}
+
 struct Param {
   std::string name;
   Buffer value, grad;
+  ParamRole role = ParamRole::kMatrix;
   bool tp_replicated = false;  // every TP rank holds the same values (norms, row biases, positions)
   bool sp_partial = false;     // a norm parameter: with SP its gradient is a partial sum over TP
   int64_t size = 0;            // elements; `value` may be released between uses under ZeRO-3

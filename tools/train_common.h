@@ -22,7 +22,7 @@ struct TrainFlags {
   int64_t steps = 5, checkpoint_every = 0, fail_rank = -1, fail_after_steps = 0, inject_overflow_step = -1,
           skip_step = -1, emulate_rank = -1;
   double watchdog_s = 60, peak_tflops = 0;
-  bool resume = false;
+  bool resume = false, decay_norms_and_biases = false;
   uint64_t seed = 1234;
   double lr = 1e-3;
 };

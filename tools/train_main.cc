@@ -127,6 +127,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
   app.add_option("--seed", o.seed, "parameter initialization seed")->capture_default_str();
   app.add_option("--lr", o.lr, "AdamW learning rate")->capture_default_str();
+  app.add_flag("--decay-norms-and-biases", o.decay_norms_and_biases,
+               "apply AdamW's weight decay to norm weights and biases too (default: matrices and embeddings only)");
   app.add_option("--format", o.format, "table|json")->capture_default_str();
   app.add_option("--trace", o.trace, "write the last step as a Chrome trace (the simulator's format)");
   app.add_option("--data", o.data, "train on a file of token ids (whitespace-separated) or bytes");
@@ -173,6 +175,7 @@ TrainOptions prepare(const Options& o, const ModelSpec& m, Communicator& world) 
   options.inject_overflow_step = o.inject_overflow_step;
   options.skip_step = o.skip_step;
   options.adam.lr = static_cast<float>(o.lr);
+  options.decay_norms_and_biases = o.decay_norms_and_biases;
   return options;
 }
 

@@ -34,10 +34,10 @@ DType GpuModel<T>::dtype() const {
 // heuristic assumes 256-byte aligned operands and the elementwise kernels take their vector path.
 // The gaps hold zeros that AdamW leaves at zero.
 template <class T>
-void GpuModel<T>::add(const std::string& name, int64_t size, bool replicated) {
+void GpuModel<T>::add(const std::string& name, int64_t size, bool replicated, ParamRole role) {
   constexpr int64_t kAlign = 128;
   count_ = (count_ + kAlign - 1) / kAlign * kAlign;
-  tensors_.push_back({name, count_, size, replicated, name.find("ln") != std::string::npos});
+  tensors_.push_back({name, count_, size, replicated, is_norm(role), role});
   count_ += size;
 }
 
@@ -48,34 +48,35 @@ void GpuModel<T>::layout() {
   const bool ln = m_.norm == Norm::kLayerNorm, bias = m_.linear_bias;
   auto index = [this] { return static_cast<int64_t>(tensors_.size()); };
   if (first_stage()) {
-    wte_ = index(), add("wte", vocab_local_ * h, false);
-    if (m_.positions == Positions::kLearned) wpe_ = index(), add("wpe", m_.max_positions * h, true);
+    wte_ = index(), add("wte", vocab_local_ * h, false, ParamRole::kEmbedding);
+    if (m_.positions == Positions::kLearned) wpe_ = index(), add("wpe", m_.max_positions * h, true, ParamRole::kEmbedding);
   }
   if (last_stage()) {
-    lnf_w_ = index(), add("lnf.w", h, true);
-    if (ln) lnf_b_ = index(), add("lnf.b", h, true);
-    if (!m_.tied_embeddings || o_.pp > 1) head_ = index(), add(m_.tied_embeddings ? "wte.copy" : "head", vocab_local_ * h, false);
+    lnf_w_ = index(), add("lnf.w", h, true, ParamRole::kNormWeight);
+    if (ln) lnf_b_ = index(), add("lnf.b", h, true, ParamRole::kNormBias);
+    if (!m_.tied_embeddings || o_.pp > 1) head_ = index(), add(m_.tied_embeddings ? "wte.copy" : "head", vocab_local_ * h, false, ParamRole::kEmbedding);
   }
   for (int64_t l = 0; l < stage_layers_; ++l) {
     const std::string n = "layer" + std::to_string(first_layer_ + l) + ".";
     Layer L;
     const int64_t first = static_cast<int64_t>(tensors_.size());
-    auto put = [&](int64_t& slot, const std::string& name, int64_t size, bool replicated) {
+    auto put = [&](int64_t& slot, const std::string& name, int64_t size, bool replicated, ParamRole role) {
       slot = index();
-      add(n + name, size, replicated);
+      add(n + name, size, replicated, role);
     };
-    put(L.ln1_w, "ln1.w", h, true);
-    if (ln) put(L.ln1_b, "ln1.b", h, true);
-    put(L.qkv_w, "qkv.w", (ql + 2 * kvl) * h, false);
-    if (bias || m_.qkv_bias) put(L.qkv_b, "qkv.b", ql + 2 * kvl, false);
-    put(L.proj_w, "proj.w", h * ql, false);
-    if (bias) put(L.proj_b, "proj.b", h, true);
-    put(L.ln2_w, "ln2.w", h, true);
-    if (ln) put(L.ln2_b, "ln2.b", h, true);
-    put(L.fc1_w, "fc1.w", f1 * h, false);
-    if (bias) put(L.fc1_b, "fc1.b", f1, false);
-    put(L.fc2_w, "fc2.w", h * fl, false);
-    if (bias) put(L.fc2_b, "fc2.b", h, true);
+    using enum ParamRole;
+    put(L.ln1_w, "ln1.w", h, true, kNormWeight);
+    if (ln) put(L.ln1_b, "ln1.b", h, true, kNormBias);
+    put(L.qkv_w, "qkv.w", (ql + 2 * kvl) * h, false, kMatrix);
+    if (bias || m_.qkv_bias) put(L.qkv_b, "qkv.b", ql + 2 * kvl, false, kBias);
+    put(L.proj_w, "proj.w", h * ql, false, kMatrix);
+    if (bias) put(L.proj_b, "proj.b", h, true, kBias);
+    put(L.ln2_w, "ln2.w", h, true, kNormWeight);
+    if (ln) put(L.ln2_b, "ln2.b", h, true, kNormBias);
+    put(L.fc1_w, "fc1.w", f1 * h, false, kMatrix);
+    if (bias) put(L.fc1_b, "fc1.b", f1, false, kBias);
+    put(L.fc2_w, "fc2.w", h * fl, false, kMatrix);
+    if (bias) put(L.fc2_b, "fc2.b", h, true, kBias);
     layers_.push_back(L);
     const int64_t begin = tensors_[first].offset;
     layer_ranges_.push_back({begin, count_ - begin});
@@ -146,7 +147,7 @@ Status GpuModel<T>::initialize() {
     }
   } else {
     for (const GpuTensor& t : tensors_)
-      if (t.name.find("ln") != std::string::npos && t.name.back() == 'w')
+      if (t.role == ParamRole::kNormWeight)
         std::fill(host.begin() + t.offset, host.begin() + t.offset + t.size, 1.0f);
   }
   cu::check(cudaMemcpyAsync(master_.data(), host.data(), count_ * sizeof(float), cudaMemcpyHostToDevice, stream_),
@@ -155,7 +156,7 @@ Status GpuModel<T>::initialize() {
     cu::set_stream(stream_);
     const float bound = kInitStd * std::sqrt(3.0f);  // uniform [-a, a) has std a / sqrt(3)
     for (const GpuTensor& t : tensors_) {
-      const bool vector = t.name.find("ln") != std::string::npos || t.name.back() == 'b';
+      const bool vector = t.role != ParamRole::kMatrix && t.role != ParamRole::kEmbedding;
       // Keyed by name, so the last stage's copy of a tied embedding starts equal to the embedding.
       const std::string key = t.name == "wte.copy" ? "wte" : t.name;
       if (!vector) cu::fill_uniform(master_.data() + t.offset, t.size, o_.seed ^ fnv1a64(key), bound);

@@ -24,6 +24,7 @@
 #include "program/plan.h"
 #include "runtime/cuda/device_allocator.h"
 #include "runtime/cuda/device_communicator.h"
+#include "runtime/transformer.h"
 
 namespace parallax {
 
@@ -33,6 +34,7 @@ struct GpuTensor {
   int64_t offset = 0, size = 0;
   bool tp_replicated = false;  // the same on every TP rank (norms, row biases, positions)
   bool sp_partial = false;     // a norm parameter: under SP its gradient is a partial sum over TP
+  ParamRole role = ParamRole::kMatrix;
 };
 
 struct GpuModelOptions {
@@ -101,7 +103,7 @@ class GpuModel {
   GpuModel(const ModelSpec& m, const GpuModelOptions& o, cudaStream_t stream) : m_(m), o_(o), stream_(stream) {}
   static Result<std::unique_ptr<GpuModel>> configure(const ModelSpec& m, const GpuModelOptions& o, cudaStream_t stream);
   void layout();
-  void add(const std::string& name, int64_t size, bool replicated);
+  void add(const std::string& name, int64_t size, bool replicated, ParamRole role);
   Status initialize();
   void refresh_weights();  // the compute copy from the fp32 masters
   T* w(int64_t tensor) { return compute_.data() + tensors_[tensor].offset; }

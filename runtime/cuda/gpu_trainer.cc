@@ -404,10 +404,25 @@ void GpuTrainerImpl<T>::optimizer(int64_t step_index, StepStats& stats) {
 template <class T>
 void GpuTrainerImpl<T>::update(float grad_scale) {
   const int64_t at = shard_.offset, n = shard_.size;
-  float* master = plan_.zero == 1 ? master_shard_.data() : model_->master();
+  // The fp32 master of flat element e: in this rank's shard (ZeRO-1) or in the whole copy.
+  auto master = [&](int64_t e) { return plan_.zero == 1 ? master_shard_.data() + (e - at) : model_->master() + e; };
+  kernels::AdamWConfig no_decay = options_.train.adam;
+  no_decay.weight_decay = 0;
   cu::set_stream(compute_);
-  cu::adamw_update(master, model_->weights() + at, model_->grads() + at, adam_m_.data(), adam_v_.data(), n,
-                   options_.train.adam, static_cast<int>(updates_), grad_scale);
+  // Runs of tensors alike in weight decay (runtime/transformer.h: decays), clipped to the shard.
+  const std::vector<GpuTensor>& tensors = model_->tensors();
+  for (size_t i = 0; i < tensors.size();) {
+    const bool decay = decays(tensors[i].role, options_.train.decay_norms_and_biases);
+    size_t j = i + 1;
+    while (j < tensors.size() && decays(tensors[j].role, options_.train.decay_norms_and_biases) == decay) ++j;
+    const int64_t begin = std::max(i == 0 ? 0 : tensors[i].offset, at);
+    const int64_t end = std::min(j == tensors.size() ? model_->param_count() : tensors[j].offset, at + n);
+    if (begin < end)
+      cu::adamw_update(master(begin), model_->weights() + begin, model_->grads() + begin, adam_m_.data() + (begin - at),
+                       adam_v_.data() + (begin - at), end - begin, decay ? options_.train.adam : no_decay,
+                       static_cast<int>(updates_), grad_scale);
+    i = j;
+  }
 }
 
 template <class T>

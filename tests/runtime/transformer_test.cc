@@ -121,3 +121,54 @@ TEST(Trainer, RefusesWhatItCannotRunYet) {
 
 }  // namespace
 }  // namespace parallax
+
+namespace parallax {
+namespace {
+
+// Roles are set where parameters are created: GPT-2's LayerNorm weights and biases are norms, its
+// linear biases biases, the rest matrices and embeddings; only the last two take weight decay.
+TEST(Transformer, ParameterRolesAndWeightDecay) {
+  Transformer t = Transformer::create(tiny("tiny-gpt"), 1, 0, 1).value();
+  int norms = 0, biases = 0;
+  for (const Param* p : t.params()) {
+    norms += is_norm(p->role), biases += p->role == ParamRole::kBias;
+    EXPECT_EQ(p->sp_partial, is_norm(p->role)) << p->name;
+    EXPECT_EQ(decays(p->role, false), p->role == ParamRole::kMatrix || p->role == ParamRole::kEmbedding) << p->name;
+    EXPECT_TRUE(decays(p->role, true)) << p->name;
+  }
+  EXPECT_EQ(norms, 4 * 4 + 2);  // per layer ln1.w, ln1.b, ln2.w, ln2.b; lnf.w, lnf.b
+  EXPECT_EQ(biases, 4 * 4);     // per layer qkv.b, proj.b, fc1.b, fc2.b
+}
+
+// One rank, one step, AdamW with lr 0.01 and weight decay 0.5: decoupled decay subtracts
+// lr wd p = 0.005 p, so a norm weight (p = 1 at the start) ends 0.005 lower when norms decay,
+// and every matrix ends the same either way.
+TEST(Trainer, NormsAndBiasesTakeNoWeightDecayByDefault) {
+  Plan p;
+  p.global_batch = 2;
+  p.seq_len = 16;
+  p.precision = Precision::kFp32;
+  auto final_values = [&](bool decay_norms) {
+    auto world = make_self_communicator();
+    TrainOptions o;
+    o.adam.lr = 0.01f, o.adam.weight_decay = 0.5f, o.decay_norms_and_biases = decay_norms;
+    std::unique_ptr<Trainer> t = Trainer::create(tiny("tiny-gpt"), p, *world, o).value();
+    t->step(0);
+    return t->save_state();
+  };
+  const std::string off = final_values(false), on = final_values(true);
+  // The state is a 28-byte header, then each parameter as (count, floats) in params() order.
+  Transformer layout = Transformer::create(tiny("tiny-gpt"), 1, 0, 1234).value();
+  size_t at = 28;
+  for (const Param* param : layout.params()) {
+    at += sizeof(uint64_t);
+    const float* a = reinterpret_cast<const float*>(off.data() + at);
+    const float* b = reinterpret_cast<const float*>(on.data() + at);
+    if (param->role == ParamRole::kNormWeight) EXPECT_NEAR(a[0] - b[0], 0.005f, 1e-6f) << param->name;
+    if (param->role == ParamRole::kMatrix) EXPECT_EQ(a[0], b[0]) << param->name;
+    at += static_cast<size_t>(param->size) * sizeof(float);
+  }
+}
+
+}  // namespace
+}  // namespace parallax
