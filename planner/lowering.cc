@@ -3,19 +3,15 @@
 #include <algorithm>
 #include <array>
 #include <map>
-#include <tuple>
 
 namespace parallax {
 
 namespace {
 
-// Where a transfer arrives: (receiving stage, pass, micro-batch, receiving chunk).
-using TransferKey = std::tuple<int64_t, int, int32_t, int64_t>;
-
 class Lowerer {
  public:
   Lowerer(const ModelSpec& m, const Plan& plan, const OpCosts& costs)
-      : costs_(costs), p_(plan) {
+      : costs_(costs), p_(plan), transfers_(static_cast<size_t>(2 * plan.pp * plan.micro_batches() * plan.virtual_stages), -1) {
     out_.program = build_step_program(m, plan);
   }
 
@@ -34,38 +30,48 @@ class Lowerer {
   }
 
  private:
-  // The fractions at which later ops wait for op i (a DP bucket waits for its layers' share).
-  std::vector<std::vector<double>> cuts(const StageProgram& sp) const {
-    std::vector<std::vector<double>> at(sp.ops.size());
+  // Where a transfer arrives: (receiving stage, pass F or B, micro-batch, receiving chunk).
+  size_t transfer(int64_t stage, OpKind pass, int64_t mb, int64_t chunk) const {
+    return static_cast<size_t>(((stage * 2 + (pass == OpKind::kForward ? 0 : 1)) * p_.micro_batches() + mb) *
+                                   p_.virtual_stages + chunk);
+  }
+
+  // The fractions at which later ops wait for op i (a DP bucket waits for its layers' share), or
+  // none: a list of (op, fraction), sorted.
+  std::vector<std::pair<int32_t, double>> cuts(const StageProgram& sp) const {
+    std::vector<std::pair<int32_t, double>> at;
     for (const ProgramOp& op : sp.ops)
-      if (!op.waits_for.empty() && op.first_wait_fraction < 1) at[op.waits_for[0]].push_back(op.first_wait_fraction);
-    for (auto& v : at) std::sort(v.begin(), v.end());
+      if (!op.waits_for.empty() && op.first_wait_fraction < 1) at.push_back({op.waits_for[0], op.first_wait_fraction});
+    std::sort(at.begin(), at.end());
     return at;
   }
 
   void add_tasks(int64_t s) {
     const StageProgram& sp = out_.program.stages[s];
-    const std::vector<std::vector<double>> at = cuts(sp);
+    const std::vector<std::pair<int32_t, double>> at = cuts(sp);
+    auto cut = at.begin();
     std::vector<TaskId>& first = out_.first_task.emplace_back(sp.ops.size(), -1);
     std::vector<TaskId>& last = out_.last_task.emplace_back(sp.ops.size(), -1);
+    std::vector<std::pair<int32_t, std::pair<double, TaskId>>>& pieces = pieces_.emplace_back();
     for (size_t i = 0; i < sp.ops.size(); ++i) {
       const ProgramOp& op = sp.ops[i];
       if (op.type == ProgramOpType::kRecv) continue;  // the sender's transfer task
       const double dur = costs_.duration_s(op, s);
       const StreamId stream = streams_[s][static_cast<int>(op.stream)];
       double done = 0;
-      for (double f : at[i]) {  // pieces up to each cut, then the rest
+      for (; cut != at.end() && cut->first == static_cast<int32_t>(i); ++cut) {  // pieces up to each cut, then the rest
+        const double f = cut->second;
         if (f <= done) continue;
         const TaskId t = out_.graph.add_task(stream, dur * (f - done), static_cast<int32_t>(i));
         if (first[i] < 0) first[i] = t;
-        pieces_[{s, i}].push_back({f, t});
+        pieces.push_back({static_cast<int32_t>(i), {f, t}});
         done = f;
       }
       last[i] = out_.graph.add_task(stream, dur * (1 - done), static_cast<int32_t>(i));
       if (first[i] < 0) first[i] = last[i];
       if (op.type == ProgramOpType::kSend) {
         const int64_t to = send_target(p_, op.pass, op.chunk, s);
-        transfers_[{to % p_.pp, static_cast<int>(op.pass), op.micro_batch, to / p_.pp}] = last[i];
+        transfers_[transfer(to % p_.pp, op.pass, op.micro_batch, to / p_.pp)] = last[i];
       }
     }
   }
@@ -73,10 +79,9 @@ class Lowerer {
   // The task whose end op `w` of stage `s` must reach for a waiter: its piece at `fraction`.
   TaskId end_of(int64_t s, int32_t w, double fraction) const {
     if (fraction < 1) {
-      auto it = pieces_.find({s, static_cast<size_t>(w)});
-      if (it != pieces_.end())
-        for (const auto& [f, t] : it->second)
-          if (f >= fraction) return t;
+      const auto& pieces = pieces_[s];  // sorted by op, then fraction
+      auto it = std::lower_bound(pieces.begin(), pieces.end(), std::pair<int32_t, std::pair<double, TaskId>>{w, {fraction, -1}});
+      if (it != pieces.end() && it->first == w) return it->second.second;
     }
     return out_.last_task[s][w];
   }
@@ -86,14 +91,14 @@ class Lowerer {
     for (size_t i = 0; i < sp.ops.size(); ++i) {
       const ProgramOp& op = sp.ops[i];
       if (op.type == ProgramOpType::kRecv) {  // resolve the transfer
-        const TaskId t = transfers_.at({s, static_cast<int>(op.pass), op.micro_batch, op.chunk});
+        const TaskId t = transfers_[transfer(s, op.pass, op.micro_batch, op.chunk)];
         out_.first_task[s][i] = out_.last_task[s][i] = t;
         continue;  // the transfer starts with its producer: sends are eager (NCCL's buffers take them)
       }
       for (size_t k = 0; k < op.waits_for.size(); ++k) {
         const int32_t w = op.waits_for[k];
         const TaskId before = sp.ops[w].type == ProgramOpType::kRecv
-                                  ? transfers_.at({s, static_cast<int>(sp.ops[w].pass), sp.ops[w].micro_batch, sp.ops[w].chunk})
+                                  ? transfers_[transfer(s, sp.ops[w].pass, sp.ops[w].micro_batch, sp.ops[w].chunk)]
                                   : end_of(s, w, k == 0 ? op.first_wait_fraction : 1.0);
         out_.graph.add_dependency(before, out_.first_task[s][i]);
       }
@@ -104,8 +109,8 @@ class Lowerer {
   const Plan& p_;
   LoweredStep out_;
   std::map<int64_t, std::array<StreamId, 5>> streams_;
-  std::map<TransferKey, TaskId> transfers_;
-  std::map<std::pair<int64_t, size_t>, std::vector<std::pair<double, TaskId>>> pieces_;
+  std::vector<TaskId> transfers_;  // by transfer(): the sender's transfer task
+  std::vector<std::vector<std::pair<int32_t, std::pair<double, TaskId>>>> pieces_;  // per stage: (op, (fraction, task))
 };
 
 }  // namespace

@@ -110,6 +110,7 @@ class StageBuilder {
   StageProgram build(std::vector<PipelineOp> schedule) {
     out_.schedule = std::move(schedule);
     const auto& ops = out_.schedule;
+    out_.ops.reserve(2 * ops.size() + static_cast<size_t>(4 * p_.virtual_stages * buckets_) + 8);
     std::vector<size_t> last_release(p_.virtual_stages, 0);
     for (size_t j = 0; j < ops.size(); ++j)
       if (releases_activations(ops[j].kind, p_.schedule)) last_release[ops[j].chunk] = j;
@@ -147,8 +148,8 @@ class StageBuilder {
 
   // [weight gather] [receive] compute [send]; returns the compute op's index.
   int32_t add_pass(const PipelineOp& pass) {
-    std::vector<int32_t> waits = std::move(blocking_);
-    blocking_.clear();
+    OpWaits waits = blocking_;
+    blocking_ = OpWaits{};
     const int64_t vs = virtual_stage(stage_, pass.chunk, p_.pp), last_vs = p_.pp * p_.virtual_stages - 1;
     if (p_.zero == 3 && p_.dp > 1 && pass.kind != OpKind::kWeight) {
       ProgramOp g = collective(CollectiveRole::kWeightGather, Collective::kAllGather, GroupKind::kDp, StreamKind::kDp,
@@ -174,7 +175,7 @@ class StageBuilder {
     const bool with_w = pass.kind == OpKind::kBackward && !split;
     c.bytes = d(prog_.layers_per_chunk) * (own.count * own.bytes + (with_w ? w.count * w.bytes : 0.0));
     c.sent_bytes = d(prog_.layers_per_chunk) * (own.sent_bytes + (with_w ? w.sent_bytes : 0.0));
-    c.waits_for = std::move(waits);
+    c.waits_for = waits;
     c.frees_activations = releases_activations(pass.kind, p_.schedule);
     before_last_compute_ = last_compute_;
     last_compute_ = add(std::move(c));
@@ -207,13 +208,13 @@ class StageBuilder {
 
   // ZeRO-2/3: each releasing op's gradients are reduce-scattered into the shards right away.
   void add_shard_reduction(const PipelineOp& pass, int32_t compute) {
-    std::vector<int32_t> waits = {compute};
+    OpWaits waits = {compute};
     if (sp_norms()) waits.push_back(add_norm_gradients(pass.chunk, pass.micro_batch, compute));
     if (p_.dp < 2) return;
     ProgramOp rs = collective(CollectiveRole::kGradientShard, Collective::kReduceScatter, GroupKind::kDp,
                               StreamKind::kDp, stage_grad_bytes_);
     rs.micro_batch = pass.micro_batch, rs.chunk = pass.chunk;
-    rs.waits_for = std::move(waits);
+    rs.waits_for = waits;
     const int32_t id = add(std::move(rs));
     if (!p_.execution.overlap_grad_reduce) blocking_.push_back(id);
   }
@@ -239,7 +240,8 @@ class StageBuilder {
       b.chunk = static_cast<int32_t>(chunk), b.bucket = static_cast<int32_t>(chunk * buckets_ + k);
       b.waits_for = {producer};
       b.first_wait_fraction = p_.execution.overlap_grad_reduce ? d(k + 1) / d(buckets_) : 1.0;
-      if (k == buckets_ - 1) b.waits_for.insert(b.waits_for.end(), prior.begin(), prior.end());
+      if (k == buckets_ - 1)
+        for (int32_t op : prior) b.waits_for.push_back(op);
       add(std::move(b));
     }
   }
@@ -270,7 +272,7 @@ class StageBuilder {
   StageProgram out_;
   int32_t last_compute_ = -1, before_last_compute_ = -1;
   int32_t last_on_[5] = {-1, -1, -1, -1, -1};
-  std::vector<int32_t> blocking_;  // ops the next compute op waits for (blocking sends, reductions)
+  OpWaits blocking_;  // ops the next compute op waits for (blocking sends, reductions)
 };
 
 }  // namespace

@@ -19,6 +19,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,30 @@ enum class CollectiveRole : uint8_t {
   kEmbedding,       // first + last stage: all-reduce the tied embedding's gradient
 };
 
+// The earlier ops (indices in the stage's list) an op waits for: at most four (a compute op: its
+// receive, its ZeRO-3 gather, a blocking send and a blocking reduction), kept inline.
+class OpWaits {
+ public:
+  OpWaits() = default;
+  OpWaits(std::initializer_list<int32_t> ops) {
+    for (int32_t op : ops) push_back(op);
+  }
+  void push_back(int32_t op) {
+    if (n_ == kMax) throw std::logic_error("an op waits for more than 4 ops");
+    at_[n_++] = op;
+  }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  int32_t operator[](size_t i) const { return at_[i]; }
+  const int32_t* begin() const { return at_; }
+  const int32_t* end() const { return at_ + n_; }
+
+ private:
+  static constexpr uint8_t kMax = 4;
+  int32_t at_[kMax] = {};
+  uint8_t n_ = 0;
+};
+
 struct ProgramOp {
   ProgramOpType type = ProgramOpType::kCompute;
   CollectiveRole role = CollectiveRole::kNone;
@@ -67,7 +93,7 @@ struct ProgramOp {
   // Earlier ops of this stage (indices) that must finish before this one starts, besides the
   // previous op on its stream. The first may be waited for only up to `first_wait_fraction` of its
   // duration: a DP bucket needs just its layers' share of the last backward.
-  std::vector<int32_t> waits_for;
+  OpWaits waits_for;
   double first_wait_fraction = 1;
   bool frees_activations = false;  // the last use of (mb, chunk)'s saved activations
 };

@@ -16,7 +16,6 @@ void MemoryTracker::allocate(size_t bytes) {
   }
 }
 void MemoryTracker::release(size_t bytes) { g_current -= static_cast<int64_t>(bytes); }
-int64_t MemoryTracker::current_bytes() { return g_current.load(); }
 int64_t MemoryTracker::peak_bytes() { return g_peak.load(); }
 void MemoryTracker::reset_peak() { g_peak.store(g_current.load()); }
 

@@ -13,7 +13,6 @@ class MemoryTracker {
  public:
   static void allocate(size_t bytes);
   static void release(size_t bytes);
-  static int64_t current_bytes();
   static int64_t peak_bytes();
   static void reset_peak();
 };

@@ -152,7 +152,13 @@ LinkTier group_link(const ClusterSpec& c, const Plan& plan, GroupKind kind) {
 
 OpCosts::OpCosts(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
     : m_(m), c_(c), p_(plan), layer_(layer_timing(m, c, plan)), edge_(edge_timing(m, c, plan)),
-      p2p_(pipeline_transfer(m, c, plan)), layers_(d(plan.layers_per_chunk(m.layers))) {}
+      p2p_(pipeline_transfer(m, c, plan)), layers_(d(plan.layers_per_chunk(m.layers))) {
+  const RankGrid grid(plan);
+  for (GroupKind k : {GroupKind::kTp, GroupKind::kDp, GroupKind::kPp, GroupKind::kEmbedding}) {
+    group_size_[static_cast<int>(k)] = grid.group_size(k);
+    link_[static_cast<int>(k)] = group_link(c, plan, k);
+  }
+}
 
 double OpCosts::compute_s(const ProgramOp& op, int64_t stage) const {
   const int64_t vs = virtual_stage(stage, op.chunk, p_.pp);
@@ -190,8 +196,8 @@ double OpCosts::duration_s(const ProgramOp& op, int64_t stage) const {
       return optimizer_step_s(c_, p_, stage_params_per_gpu(m_, p_, stage)) + p_.execution.step_overhead_us * 1e-6;
     case ProgramOpType::kCollective: break;
   }
-  const int64_t n = RankGrid(p_).group_size(op.group);
-  return collective_time_s(op.collective, op.bytes, n, group_link(c_, p_, op.group));
+  const int g = static_cast<int>(op.group);
+  return collective_time_s(op.collective, op.bytes, group_size_[g], link_[g]);
 }
 
 }  // namespace parallax

@@ -76,6 +76,8 @@ class OpCosts {
   EdgeTiming edge_;
   P2pCost p2p_;
   double layers_ = 0;
+  int64_t group_size_[4] = {1, 1, 1, 1};  // by GroupKind
+  LinkTier link_[4];
 };
 
 }  // namespace parallax

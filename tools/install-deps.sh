@@ -5,7 +5,7 @@
 set -euo pipefail
 PACKAGES=(
   cmake g++ make ninja-build
-  nlohmann-json3-dev libeigen3-dev libboost-graph-dev libcli11-dev
+  nlohmann-json3-dev libeigen3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
 )

@@ -87,7 +87,6 @@ class NcclCommunicator final : public DeviceCommunicator {
   void synchronize(cudaStream_t stream, const char* what) override { wait(stream, what); }
 
   cudaStream_t stream() const { return stream_; }
-  ncclComm_t nccl_comm() const { return comm_; }
 
  private:
   struct PendingSend {
