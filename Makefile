@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: demo test build deps bench fuzz sanitize clean gpu-build gpu-check
+.PHONY: demo test build deps bench validate fuzz sanitize clean gpu-build gpu-check
 FUZZ_SECONDS ?= 60
 FUZZ_RUNS ?=
 
@@ -25,6 +25,11 @@ test: build
 bench: build
 	$(BUILD)/bin/planner_bench
 	$(BUILD)/bin/simulator_bench
+
+# The published training runs of ../shared/validation, predicted and compared row by row.
+VALIDATION_RUNS ?= ../shared/validation/published-runs.json
+validate: build
+	python3 bench/validation/published_runs.py $(BUILD)/bin/simulate $(VALIDATION_RUNS) $(BUILD)/validation.json
 
 # libFuzzer targets for the model, cluster, plan and trace readers, FUZZ_SECONDS each.
 fuzz:

@@ -60,8 +60,7 @@ MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage
   // The per-layer formulas assume 16-bit activations; fp32 training stores twice the bytes.
   mem.activations = acts * (plan.precision == Precision::kFp32 ? 2.0 : 1.0);
 
-  const double act_bytes = plan.precision == Precision::kFp32 ? 4.0 : 2.0;
-  const double boundary = d(plan.seq_len) * d(plan.micro_batch) * d(m.hidden) * act_bytes /
+  const double boundary = boundary_tensor_bytes(m, plan) /
                           (plan.sequence_parallel ? d(plan.tp) : 1.0);
   if (plan.pp > 1) mem.buffers += 4 * boundary;  // send and receive, forward and backward
   if (plan.dp > 1) mem.buffers += 2 * plan.execution.dp_bucket_mib * kMiB;  // double-buffered bucket

@@ -38,7 +38,7 @@ StageReport stage_stats(const Simulation& sim, int64_t s) {
     }
     if (op.type != ProgramOpType::kCompute) continue;
     for (TaskId t = sim.step.first_task[s][i]; t <= sim.step.last_task[s][i]; ++t) r.busy_s += sim.step.graph.duration_s(t);
-    r.tp_s += sim.tp_s[s][i];
+    r.tp_s += sim.tp_s(op);
     r.pipeline_end_s = std::max(r.pipeline_end_s, span.finish_s);
     const double gap = span.start_s - prev_finish;
     prev_finish = span.finish_s;
@@ -117,9 +117,10 @@ Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const
   Result<Timeline> tl = run_tasks(g, name);
   if (!tl.ok()) return Error{tl.error()};
   sim.timeline = std::move(tl).value();
-  for (const StageProgram& sp : sim.step.program.stages) {
-    std::vector<double>& tp = sim.tp_s.emplace_back();
-    for (const ProgramOp& op : sp.ops) tp.push_back(costs.tp_s(op));
+  for (OpKind pass : {OpKind::kForward, OpKind::kBackward, OpKind::kWeight}) {
+    ProgramOp op;
+    op.pass = pass;
+    sim.tp_pass_s[static_cast<int>(pass)] = costs.tp_s(op);
   }
   for (int64_t s = 0; s < plan.pp; ++s) sim.stages.push_back(stage_stats(sim, s));
   summarise(m, c, sim);
@@ -144,7 +145,7 @@ nlohmann::json simulation_trace(const Simulation& sim, const nlohmann::json& met
       nlohmann::json e = trace_event(pid, op.stream, op_name(op), span.start_s, span.finish_s - span.start_s);
       if (op.sent_bytes > 0) e["args"] = {{"bytes", op.sent_bytes}};
       events.push_back(std::move(e));
-      const double tp = sim.tp_s[s][i];
+      const double tp = sim.tp_s(op);
       if (op.type == ProgramOpType::kCompute && op.bytes > 0)  // the program's rule, as the runtimes'
         events.push_back(trace_event(pid, StreamKind::kTp, tp_event_name(op), span.finish_s - tp, tp));
       if (op.type != ProgramOpType::kCompute) continue;

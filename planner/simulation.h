@@ -29,12 +29,15 @@ struct StageReport {
 };
 
 struct Simulation {
+  double tp_s(const ProgramOp& op) const {
+    return op.type == ProgramOpType::kCompute ? tp_pass_s[static_cast<int>(op.pass)] : 0.0;
+  }
   Plan plan;
   StepReport report;
   std::vector<StageReport> stages;
   LoweredStep step;
   Timeline timeline;
-  std::vector<std::vector<double>> tp_s;  // per stage, per program op: TP time inside it
+  double tp_pass_s[3] = {};  // the TP time inside a compute op, by pass (F, B, W): the same on every stage
 };
 
 // Precondition: check_plan(plan, m, c.node.gpus) is ok. Errors: a deadlocked program.

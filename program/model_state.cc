@@ -17,6 +17,10 @@ ModelStateBytesPerParam bytes_per_param(const Plan& plan) {
   return bytes_per_param(plan.precision, plan.execution.fp32_gradients);
 }
 
+double boundary_tensor_bytes(const ModelSpec& m, const Plan& plan) {
+  return d(plan.seq_len) * d(plan.micro_batch) * d(m.hidden) * activation_element_bytes(plan.precision);
+}
+
 double stage_params_per_gpu(const ModelSpec& m, const Plan& plan, int64_t stage) {
   const LayerParams lp = layer_params(m);
   const EdgeParams e = edge_params(m);

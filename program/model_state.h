@@ -20,6 +20,12 @@ ModelStateBytesPerParam bytes_per_param(Precision p, bool fp32_gradients);
 // The plan's precision and execution.fp32_gradients.
 ModelStateBytesPerParam bytes_per_param(const Plan& plan);
 
+// Bytes of one activation element: 4 in fp32, else 2 (bf16/fp16).
+inline double activation_element_bytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
+// One micro-batch's activation at a layer boundary, b s h elements: what a TP collective and a
+// pipeline transfer carry (before Megatron's scatter over the TP ranks).
+double boundary_tensor_bytes(const ModelSpec& m, const Plan& plan);
+
 // Parameters held by one GPU of pipeline stage `stage` before ZeRO sharding.
 double stage_params_per_gpu(const ModelSpec& m, const Plan& plan, int64_t stage);
 

@@ -12,7 +12,6 @@ namespace {
 
 double d(int64_t x) { return static_cast<double>(x); }
 constexpr int64_t kMaxBucketsPerChunk = 64;
-double activation_element_bytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
 
 std::string mb_chunk(const ProgramOp& op) {
   return "mb=" + std::to_string(op.micro_batch) + " chunk=" + std::to_string(op.chunk);
@@ -49,7 +48,7 @@ std::string tp_event_name(const ProgramOp& op) { return "tp " + op_name(op); }
 TpTraffic tp_traffic(const ModelSpec& m, const Plan& plan, OpKind pass) {
   TpTraffic t;
   if (plan.tp < 2) return t;
-  t.bytes = d(plan.seq_len) * d(plan.micro_batch) * d(m.hidden) * activation_element_bytes(plan.precision);
+  t.bytes = boundary_tensor_bytes(m, plan);
   const bool sp = plan.sequence_parallel;
   // Per pair of GEMM blocks (attention, MLP): one all-reduce, or with SP an all-gather and a
   // reduce-scatter.
@@ -279,8 +278,7 @@ class StageBuilder {
 
 StepProgram build_step_program(const ModelSpec& m, const Plan& plan) {
   StepProgram prog{plan, RankGrid(plan), {}, plan.layers_per_chunk(m.layers), 0, 0};
-  const double tensor = d(plan.seq_len) * d(plan.micro_batch) * d(m.hidden) * activation_element_bytes(plan.precision);
-  prog.boundary_bytes = tensor / d(plan.tp);  // Megatron's scatter-gather: each TP rank sends 1/t
+  prog.boundary_bytes = boundary_tensor_bytes(m, plan) / d(plan.tp);  // Megatron's scatter-gather: 1/t per TP rank
   const ActivationOptions ao{plan.seq_len, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute,
                              plan.execution.attention};
   prog.activation_bytes_per_pass = d(prog.layers_per_chunk) * layer_activation_bytes(m, ao).total();

@@ -11,7 +11,6 @@ namespace parallax {
 
 namespace {
 double d(int64_t x) { return static_cast<double>(x); }
-double act_bytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
 constexpr double kBackwardElementwise = 1.5;
 
 struct GemmTimes {
@@ -60,7 +59,7 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const GemmTimes gt = gemm_times(m, c, plan);
   auto elementwise_time = [&](AttentionKernel kernel) {
     const double bytes = layer_elementwise_bytes_per_token(m, plan.seq_len, plan.tp, plan.sequence_parallel, kernel);
-    return memory_time_s(gpu, bytes * tokens * act_bytes(prec) / 2.0);
+    return memory_time_s(gpu, bytes * tokens * activation_element_bytes(prec) / 2.0);
   };
   const double elementwise_s = elementwise_time(plan.execution.attention);
   // The softmax and dropout over materialized scores: what selective recompute re-runs besides
@@ -70,7 +69,7 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
 
   // Two all-reduces forward and two backward (with SP: all-gather + reduce-scatter pairs that
   // move the same bytes in the same time).
-  const double tp_msg = tokens * d(m.hidden) * act_bytes(prec);
+  const double tp_msg = boundary_tensor_bytes(m, plan);
   const LinkTier link = group_link(c, plan, GroupKind::kTp);
   const double one_ar_s = collective_time_s(Collective::kAllReduce, tp_msg, plan.tp, link);
 
@@ -109,7 +108,7 @@ EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& pla
   const GpuSpec& gpu = c.gpu;
   const double tokens = d(plan.seq_len) * d(plan.micro_batch);
   const double rep = plan.sequence_parallel ? d(plan.tp) : 1.0;
-  const double ab = act_bytes(plan.precision);
+  const double ab = activation_element_bytes(plan.precision);
   EdgeTiming e;
   // Embedding: gather rows (read + write h per token); backward scatters them into the gradient.
   e.first_forward_s = memory_time_s(gpu, 2 * tokens * d(m.hidden) * ab / rep);
@@ -137,9 +136,9 @@ double optimizer_step_s(const ClusterSpec& c, const Plan& plan, double stage_par
 }
 
 P2pCost pipeline_transfer(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
-  const double tensor = d(plan.seq_len) * d(plan.micro_batch) * d(m.hidden) * act_bytes(plan.precision);
+  const double tensor = boundary_tensor_bytes(m, plan);
   P2pCost cost;
-  cost.bytes = tensor / d(plan.tp);
+  cost.bytes = tensor / d(plan.tp);  // as StepProgram::boundary_bytes
   cost.time_s = collective_time_s(Collective::kSendRecv, cost.bytes, 2, group_link(c, plan, GroupKind::kPp));
   if (!plan.sequence_parallel) cost.time_s += collective_time_s(Collective::kAllGather, tensor, plan.tp, group_link(c, plan, GroupKind::kTp));
   return cost;

@@ -141,9 +141,11 @@ TEST(Schedule, ZeroBubbleH1WithUnequalPasses) {
 TEST(Schedule, ZeroBubbleH1OrderByHand) {
   auto text = [](const std::vector<PipelineOp>& ops) {
     std::string out;
-    for (const PipelineOp& o : ops)
-      out += std::string(o.kind == OpKind::kForward ? "F" : o.kind == OpKind::kBackward ? "B" : "W") +
-             std::to_string(o.micro_batch) + " ";
+    for (const PipelineOp& o : ops) {
+      out += o.kind == OpKind::kForward ? 'F' : o.kind == OpKind::kBackward ? 'B' : 'W';
+      out += std::to_string(o.micro_batch);
+      out += ' ';
+    }
     return out;
   };
   const auto ops = pipeline_ops(Schedule::kZbH1, 3, 4, 1);
