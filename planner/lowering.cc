@@ -13,6 +13,11 @@ class Lowerer {
   Lowerer(const ModelSpec& m, const Plan& plan, const OpCosts& costs)
       : costs_(costs), p_(plan), transfers_(static_cast<size_t>(2 * plan.pp * plan.micro_batches() * plan.virtual_stages), -1) {
     out_.program = build_step_program(m, plan);
+    if (!plan.execution.overlap_p2p) {
+      ProgramOp send;
+      send.type = ProgramOpType::kSend;
+      out_.folded_send_s = costs.duration_s(send, 0);
+    }
   }
 
   LoweredStep run() {
@@ -56,6 +61,11 @@ class Lowerer {
     for (size_t i = 0; i < sp.ops.size(); ++i) {
       const ProgramOp& op = sp.ops[i];
       if (op.type == ProgramOpType::kRecv) continue;  // the sender's transfer task
+      if (op.type == ProgramOpType::kSend && out_.folded_send_s > 0) {  // the end of its producer
+        first[i] = last[i] = last[op.waits_for[0]];
+        register_transfer(op, s, last[i]);
+        continue;
+      }
       const double dur = costs_.duration_s(op, s);
       const StreamId stream = streams_[s][static_cast<int>(op.stream)];
       double done = 0;
@@ -67,13 +77,15 @@ class Lowerer {
         pieces.push_back({static_cast<int32_t>(i), {f, t}});
         done = f;
       }
-      last[i] = out_.graph.add_task(stream, dur * (1 - done), static_cast<int32_t>(i));
+      last[i] = out_.graph.add_task(stream, dur * (1 - done) + out_.folded_tail_s(s, i), static_cast<int32_t>(i));
       if (first[i] < 0) first[i] = last[i];
-      if (op.type == ProgramOpType::kSend) {
-        const int64_t to = send_target(p_, op.pass, op.chunk, s);
-        transfers_[transfer(to % p_.pp, op.pass, op.micro_batch, to / p_.pp)] = last[i];
-      }
+      if (op.type == ProgramOpType::kSend) register_transfer(op, s, last[i]);
     }
+  }
+
+  void register_transfer(const ProgramOp& send, int64_t s, TaskId t) {
+    const int64_t to = send_target(p_, send.pass, send.chunk, s);
+    transfers_[transfer(to % p_.pp, send.pass, send.micro_batch, to / p_.pp)] = t;
   }
 
   // The task whose end op `w` of stage `s` must reach for a waiter: its piece at `fraction`.
@@ -95,6 +107,7 @@ class Lowerer {
         out_.first_task[s][i] = out_.last_task[s][i] = t;
         continue;  // the transfer starts with its producer: sends are eager (NCCL's buffers take them)
       }
+      if (op.type == ProgramOpType::kSend && out_.folded_send_s > 0) continue;  // part of its producer
       for (size_t k = 0; k < op.waits_for.size(); ++k) {
         const int32_t w = op.waits_for[k];
         const TaskId before = sp.ops[w].type == ProgramOpType::kRecv
@@ -114,6 +127,13 @@ class Lowerer {
 };
 
 }  // namespace
+
+double LoweredStep::folded_tail_s(int64_t s, size_t i) const {
+  const std::vector<ProgramOp>& ops = program.stages[s].ops;
+  const bool folds = folded_send_s > 0 && ops[i].type == ProgramOpType::kCompute && i + 1 < ops.size() &&
+                     ops[i + 1].type == ProgramOpType::kSend;
+  return folds ? folded_send_s : 0.0;
+}
 
 LoweredStep lower_step(const ModelSpec& m, const Plan& plan, const OpCosts& costs) {
   return Lowerer(m, plan, costs).run();

@@ -14,9 +14,15 @@ struct Span {
   double start_s, finish_s;
 };
 
+// When op i of stage s ran; a blocking send folded into its producer is that task's tail.
 Span span_of(const Simulation& sim, int64_t s, size_t i) {
   const LoweredStep& st = sim.step;
-  return {sim.timeline.start_s[st.first_task[s][i]], sim.timeline.finish_s[st.last_task[s][i]]};
+  Span span{sim.timeline.start_s[st.first_task[s][i]], sim.timeline.finish_s[st.last_task[s][i]]};
+  if (st.program.stages[s].ops[i].type == ProgramOpType::kSend && st.folded_send_s > 0)
+    span.start_s = span.finish_s - st.folded_send_s;
+  else
+    span.finish_s -= st.folded_tail_s(s, i);
+  return span;
 }
 
 bool is_pipeline_transfer(const ProgramOp& op) { return op.type == ProgramOpType::kSend || op.type == ProgramOpType::kRecv; }
@@ -38,10 +44,13 @@ StageReport stage_stats(const Simulation& sim, int64_t s) {
     }
     if (op.type != ProgramOpType::kCompute) continue;
     for (TaskId t = sim.step.first_task[s][i]; t <= sim.step.last_task[s][i]; ++t) r.busy_s += sim.step.graph.duration_s(t);
+    const double send_s = sim.step.folded_tail_s(s, i);  // a blocking send holds the compute stream
+    r.busy_s -= send_s;
+    r.exposed_pp_s += send_s;
     r.tp_s += sim.tp_s(op);
     r.pipeline_end_s = std::max(r.pipeline_end_s, span.finish_s);
     const double gap = span.start_s - prev_finish;
-    prev_finish = span.finish_s;
+    prev_finish = span.finish_s + send_s;
     if (gap <= 0) continue;
     int32_t cause = -1;  // the awaited op that finished last
     for (int32_t w : op.waits_for)

@@ -238,7 +238,7 @@ class StageBuilder {
                                stage_grad_bytes_ / d(p_.virtual_stages) / d(buckets_));
       b.chunk = static_cast<int32_t>(chunk), b.bucket = static_cast<int32_t>(chunk * buckets_ + k);
       b.waits_for = {producer};
-      b.first_wait_fraction = p_.execution.overlap_grad_reduce ? d(k + 1) / d(buckets_) : 1.0;
+      b.first_wait_fraction = p_.execution.overlap_grad_reduce ? static_cast<float>(d(k + 1) / d(buckets_)) : 1.0f;
       if (k == buckets_ - 1)
         for (int32_t op : prior) b.waits_for.push_back(op);
       add(std::move(b));

@@ -80,23 +80,24 @@ struct ProgramOp {
   ProgramOpType type = ProgramOpType::kCompute;
   CollectiveRole role = CollectiveRole::kNone;
   OpKind pass = OpKind::kForward;  // compute; send/recv: the pass whose output moves; weight gather
-  int32_t micro_batch = -1, chunk = -1;
-  int32_t bucket = -1;
-  int32_t peer = -1;  // send/recv: the other pipeline stage
   Collective collective = Collective::kSendRecv;
   GroupKind group = GroupKind::kPp;
   StreamKind stream = StreamKind::kCompute;
+  bool frees_activations = false;  // the last use of (mb, chunk)'s saved activations
+  int32_t micro_batch = -1, chunk = -1;
+  int32_t bucket = -1;
+  int32_t peer = -1;  // send/recv: the other pipeline stage
+  // Earlier ops of this stage that must finish before this one starts, besides the previous op on
+  // its stream. The first may be waited for only up to `first_wait_fraction` of its duration: a DP
+  // bucket needs just its layers' share of the last backward.
+  float first_wait_fraction = 1;
+  OpWaits waits_for;
   // Communication: the full buffer (nccl-tests S). Compute: the full buffers of the TP collectives
   // inside it, summed.
   double bytes = 0;
   double sent_bytes = 0;  // bytes this rank sends (nccl-tests accounting)
-  // Earlier ops of this stage (indices) that must finish before this one starts, besides the
-  // previous op on its stream. The first may be waited for only up to `first_wait_fraction` of its
-  // duration: a DP bucket needs just its layers' share of the last backward.
-  OpWaits waits_for;
-  double first_wait_fraction = 1;
-  bool frees_activations = false;  // the last use of (mb, chunk)'s saved activations
 };
+static_assert(sizeof(ProgramOp) <= 64, "a deep pipeline's program holds millions of ops");
 
 // The canonical trace name: "F mb=3 chunk=0", "send pp F mb=3 chunk=0" (the output of that F),
 // "recv pp B mb=3 chunk=1" (the gradient B mb=3 chunk=1 needs), "allreduce dp bucket=2",

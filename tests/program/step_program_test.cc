@@ -101,8 +101,8 @@ TEST(StepProgram, ZeroOneBucketsByHand) {
                                                 "reduce-scatter dp bucket=1", "reduce-scatter dp bucket=2", "optimizer",
                                                 "all-gather dp bucket=0", "all-gather dp bucket=1", "all-gather dp bucket=2"}));
   // With overlap each bucket waits for its share of the backward: 1/3, 2/3, all of it.
-  EXPECT_DOUBLE_EQ(o.ops[2].first_wait_fraction, 1.0 / 3);
-  EXPECT_DOUBLE_EQ(o.ops[4].first_wait_fraction, 1.0);
+  EXPECT_FLOAT_EQ(o.ops[2].first_wait_fraction, 1.0f / 3);
+  EXPECT_FLOAT_EQ(o.ops[4].first_wait_fraction, 1.0f);
   // bucket_range: 10 elements in 3 buckets of ceil(10/3) = 4: [0,4) [4,8) [8,10).
   EXPECT_EQ(bucket_range(10, 3, 2).begin, 8);
   EXPECT_EQ(bucket_range(10, 3, 2).end, 10);

@@ -164,8 +164,12 @@ TEST(Trainer, NormsAndBiasesTakeNoWeightDecayByDefault) {
     at += sizeof(uint64_t);
     const float* a = reinterpret_cast<const float*>(off.data() + at);
     const float* b = reinterpret_cast<const float*>(on.data() + at);
-    if (param->role == ParamRole::kNormWeight) EXPECT_NEAR(a[0] - b[0], 0.005f, 1e-6f) << param->name;
-    if (param->role == ParamRole::kMatrix) EXPECT_EQ(a[0], b[0]) << param->name;
+    if (param->role == ParamRole::kNormWeight) {
+      EXPECT_NEAR(a[0] - b[0], 0.005f, 1e-6f) << param->name;
+    }
+    if (param->role == ParamRole::kMatrix) {
+      EXPECT_EQ(a[0], b[0]) << param->name;
+    }
     at += static_cast<size_t>(param->size) * sizeof(float);
   }
 }
