@@ -109,7 +109,8 @@ class StageBuilder {
   StageProgram build(std::vector<PipelineOp> schedule) {
     out_.schedule = std::move(schedule);
     const auto& ops = out_.schedule;
-    out_.ops.reserve(2 * ops.size() + static_cast<size_t>(4 * p_.virtual_stages * buckets_) + 8);
+    // Per pipeline op at most a gather, a receive, the pass, a send and a reduction.
+    out_.ops.reserve((p_.zero >= 2 ? 5 : 3) * ops.size() + static_cast<size_t>(4 * p_.virtual_stages * buckets_) + 8);
     std::vector<size_t> last_release(p_.virtual_stages, 0);
     for (size_t j = 0; j < ops.size(); ++j)
       if (releases_activations(ops[j].kind, p_.schedule)) last_release[ops[j].chunk] = j;
