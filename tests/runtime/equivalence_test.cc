@@ -114,10 +114,11 @@ TEST(Equivalence, SequenceParallel) {
   expect_same_training("tiny-gpt", {2, 1, 2, 1, "1f1b", 1, 1, "full", true});
 }
 
-// ZB-H1 as the paper builds it, over 2 and 4 real stages with m = 8, 4 and 1 micro-batches.
+// ZB-H1 as the paper builds it, over 2, 4 and 8 real stages with m = 8, 4 and 1 micro-batches.
 TEST(Equivalence, ZeroBubbleH1) {
   for (int pp : {2, 4})
     for (int micro_batch : {1, 2, 8}) expect_same_training("tiny-gpt", {1, pp, 1, micro_batch, "zb-h1"});
+  for (int micro_batch : {1, 8}) expect_same_training("tiny-gpt-8l", {1, 8, 1, micro_batch, "zb-h1"});
 }
 
 TEST(Equivalence, Mixtures) {
