@@ -142,7 +142,8 @@ int Trainer::tag(OpKind kind, int64_t mb, int64_t receiver_vs) const {
 // F reads tokens (first virtual stage) or in_, writes out_ (or, last, the loss); B reads the output
 // gradient from in_ and writes the input gradient to out_. ZeRO-3 parameters were gathered by the
 // op before and are released after.
-void Trainer::compute(const ProgramOp& op, int64_t step_index) {
+void Trainer::compute(const ProgramOp& op) {
+  const int64_t step_index = step_index_;
   const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len);
   const int64_t key = op.micro_batch * plan_.virtual_stages + op.chunk;
   if (op.pass == OpKind::kForward) {
@@ -192,19 +193,14 @@ void Trainer::collective(const ProgramOp& op) {
   }
 }
 
-void Trainer::run_op(const ProgramOp& op, int64_t step_index, StepStats& stats) {
-  const int64_t n = static_cast<int64_t>(in_.size());
-  switch (op.type) {
-    case ProgramOpType::kCompute: compute(op, step_index); return;
-    case ProgramOpType::kSend:
-      pp_->send_async(out_.data(), n, op.peer, tag(op.pass, op.micro_batch, send_target(plan_, op.pass, op.chunk, coords_.pp)));
-      return;
-    case ProgramOpType::kRecv:
-      pp_->recv(in_.data(), n, op.peer, tag(op.pass, op.micro_batch, virtual_stage(coords_.pp, op.chunk, plan_.pp)));
-      return;
-    case ProgramOpType::kCollective: collective(op); return;
-    case ProgramOpType::kOptimizer: optimizer(step_index, stats); return;
-  }
+void Trainer::send(const ProgramOp& op) {
+  const int64_t receiver = send_target(plan_, op.pass, op.chunk, coords_.pp);
+  pp_->send_async(out_.data(), static_cast<int64_t>(out_.size()), op.peer, tag(op.pass, op.micro_batch, receiver));
+}
+
+void Trainer::recv(const ProgramOp& op) {
+  const int64_t receiver = virtual_stage(coords_.pp, op.chunk, plan_.pp);
+  pp_->recv(in_.data(), static_cast<int64_t>(in_.size()), op.peer, tag(op.pass, op.micro_batch, receiver));
 }
 
 // A parameter replicated over TP (and the last stage's copy of a tied embedding) enters the
@@ -213,8 +209,9 @@ bool Trainer::counted(const Param* p) {
   return !(p->tp_replicated && coords_.tp != 0) && p != model_.tied_head_copy();
 }
 
-// Global gradient norm over all ranks, from full gradients (ZeRO 0) or this rank's shard.
-double Trainer::gradient_norm() {
+// The sum of squares of the gradients over all ranks, from full gradients (ZeRO 0) or this rank's
+// shard; an inf or NaN anywhere reaches every rank alike.
+double Trainer::gradient_sumsq() {
   double local = 0;
   if (zero_) {
     local = zero_->shard_sumsq();
@@ -227,33 +224,41 @@ double Trainer::gradient_norm() {
   tp_->all_reduce(&sumsq, 1, ReduceOp::kSum);
   pp_->all_reduce(&sumsq, 1, ReduceOp::kSum);
   if (zero_) dp_->all_reduce(&sumsq, 1, ReduceOp::kSum);
-  return std::sqrt(static_cast<double>(sumsq));
+  return sumsq;
 }
 
-void Trainer::optimizer(int64_t step_index, StepStats& stats) {
-  pp_->wait_sends();
+double Trainer::loss_sum() {
+  pp_->wait_sends();  // the step's last transfers complete before its end
   float loss = static_cast<float>(loss_);
   pp_->all_reduce(&loss, 1, ReduceOp::kSum);  // only the last stage holds losses
   dp_->all_reduce(&loss, 1, ReduceOp::kSum);
-  const UpdateDecision d = decide_update(scaler_, gradient_norm(), options_.clip_norm, step_index == options_.skip_step);
-  stats = d.stats;
-  stats.loss = loss / static_cast<double>(plan_.global_batch * plan_.seq_len);
-  if (stats.skipped) {
-    if (zero_) zero_->discard_gradients();
-    return;
-  }
-  ++updates_;
-  if (zero_) {
-    zero_->step(options_.adam, static_cast<int>(updates_), d.grad_scale);
-    return;
-  }
+  return loss;
+}
+
+void Trainer::discard_gradients() {
+  if (zero_) zero_->discard_gradients();  // ZeRO 0: the next step zeroes them
+}
+
+void Trainer::apply_update(float grad_scale, int update) {
+  if (zero_) return zero_->step(options_.adam, update, grad_scale);
   std::vector<Param*> params = model_.params();
   for (size_t i = 0; i < params.size(); ++i) {
     kernels::AdamWConfig cfg = options_.adam;
     if (!decays(params[i]->role, options_.decay_norms_and_biases)) cfg.weight_decay = 0;
     kernels::adamw_update(params[i]->value.data(), params[i]->grad.data(), adam_m_[i].data(), adam_v_[i].data(),
-                          static_cast<long>(params[i]->value.size()), cfg, static_cast<int>(updates_), d.grad_scale);
+                          static_cast<long>(params[i]->value.size()), cfg, update, grad_scale);
   }
+}
+
+void Trainer::op_begin(size_t, const ProgramOp&) { op_start_ = std::chrono::steady_clock::now(); }
+
+// Each op under its program index, and the TP collectives inside a compute op as their own record.
+void Trainer::op_end(size_t index, const ProgramOp& op) {
+  auto since = [this](std::chrono::steady_clock::time_point t) { return std::chrono::duration<double>(t - step_start_).count(); };
+  const auto end = std::chrono::steady_clock::now();
+  records_.push_back({static_cast<int32_t>(index), false, since(op_start_), since(end) - since(op_start_)});
+  const double tp = tp_->take_seconds();
+  if (op.type == ProgramOpType::kCompute && op.bytes > 0) records_.push_back({static_cast<int32_t>(index), true, since(end) - tp, tp});
 }
 
 StepStats Trainer::step(int64_t step_index) {
@@ -261,21 +266,12 @@ StepStats Trainer::step(int64_t step_index) {
   world_barrier_();
   records_.clear();
   loss_ = 0;
+  step_index_ = step_index;
   tp_->take_seconds();
   step_start_ = std::chrono::steady_clock::now();
-  auto since = [this](std::chrono::steady_clock::time_point t) { return std::chrono::duration<double>(t - step_start_).count(); };
-  StepStats stats;
-  const StageProgram& stage = program_.stages[coords_.pp];
-  for (size_t i = 0; i < stage.ops.size(); ++i) {
-    const auto begin = std::chrono::steady_clock::now();
-    run_op(stage.ops[i], step_index, stats);
-    const auto end = std::chrono::steady_clock::now();
-    records_.push_back({static_cast<int32_t>(i), false, since(begin), since(end) - since(begin)});
-    const double tp = tp_->take_seconds();
-    if (stage.ops[i].type == ProgramOpType::kCompute && stage.ops[i].bytes > 0)
-      records_.push_back({static_cast<int32_t>(i), true, since(end) - tp, tp});
-  }
-  return stats;
+  const StepSettings settings{options_.clip_norm, step_index == options_.skip_step,
+                              static_cast<double>(plan_.global_batch * plan_.seq_len)};
+  return execute_step(program_.stages[coords_.pp], *this, scaler_, updates_, settings);
 }
 
 }  // namespace parallax

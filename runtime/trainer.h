@@ -1,9 +1,9 @@
 // Trainer: executes a Plan on this process's rank of the CPU runtime — the StepProgram of its
-// pipeline stage (program/step_program.h), op by op in program order: F and B on the sharded
+// pipeline stage (program/step_program.h) through the step executor (step_executor.h): F and B on the sharded
 // Transformer (W is part of B: the CPU model computes weight gradients with the input gradients),
 // pipeline sends (asynchronous) and receives (tagged, blocking), DP gradient buckets (all-reduce,
 // or ZeRO-1/2/3 reduce-scatter), ZeRO weight gathers, the SP norm and tied-embedding gradient
-// sums, and the optimizer step (optimizer_step.h). Groups come from the RankGrid. Every parallel
+// sums, and the optimizer op. Groups come from the RankGrid. Every parallel
 // plan computes the same losses as one rank (up to fp32 summation order). Each op is timed with a
 // steady clock and reported under the program's name, so the trace matches the simulator's.
 #pragma once
@@ -23,6 +23,7 @@
 #include "runtime/distributed_optimizer.h"
 #include "runtime/flat_layout.h"
 #include "runtime/optimizer_step.h"
+#include "runtime/step_executor.h"
 #include "runtime/timed_communicator.h"
 #include "runtime/transformer.h"
 #include "runtime/transformer_cache.h"
@@ -66,7 +67,7 @@ struct OpRecord {
 std::string record_name(const StageProgram& stage, const OpRecord& r);
 StreamKind record_stream(const StageProgram& stage, const OpRecord& r);
 
-class Trainer {
+class Trainer : private StepBackend {
  public:
   // `world` must outlive the trainer; its size must equal plan.gpus().
   static Result<std::unique_ptr<Trainer>> create(const ModelSpec& m, const Plan& plan, Communicator& world,
@@ -89,13 +90,19 @@ class Trainer {
  private:
   Trainer(const ModelSpec& m, const Plan& plan, const TrainOptions& o, Transformer model)
       : m_(m), plan_(plan), options_(o), model_(std::move(model)), program_(build_step_program(m, plan)) {}
-  void run_op(const ProgramOp& op, int64_t step_index, StepStats& stats);
-  void compute(const ProgramOp& op, int64_t step_index);
-  void collective(const ProgramOp& op);
-  void optimizer(int64_t step_index, StepStats& stats);
+  // StepBackend: this rank's share of each program op.
+  void compute(const ProgramOp& op) override;
+  void send(const ProgramOp& op) override;
+  void recv(const ProgramOp& op) override;
+  void collective(const ProgramOp& op) override;
+  double loss_sum() override;
+  double gradient_sumsq() override;
+  void apply_update(float grad_scale, int update) override;
+  void discard_gradients() override;
+  void op_begin(size_t index, const ProgramOp& op) override;
+  void op_end(size_t index, const ProgramOp& op) override;
   void fill_batch(int64_t step_index, int64_t mb, std::vector<int>& inputs, std::vector<int>& targets) const;
   int tag(OpKind kind, int64_t mb, int64_t receiver_vs) const;
-  double gradient_norm();
   bool counted(const Param* p);
 
   ModelSpec m_;
@@ -116,7 +123,8 @@ class Trainer {
   LossScaler scaler_;
   std::vector<OpRecord> records_;
   std::function<void()> world_barrier_;
-  std::chrono::steady_clock::time_point step_start_;
+  std::chrono::steady_clock::time_point step_start_, op_start_;
+  int64_t step_index_ = 0;  // of the step being executed
 };
 
 }  // namespace parallax

@@ -12,6 +12,7 @@
 #include "runtime/cuda/gpu_model_cache.h"
 #include "runtime/cuda/stand_in_communicator.h"
 #include "runtime/pipeline_exchange.h"
+#include "runtime/step_executor.h"
 #include "runtime/watchdog.h"
 
 namespace parallax {
@@ -43,7 +44,7 @@ struct EventPair {
 };
 
 template <class T>
-class GpuTrainerImpl final : public GpuTrainer {
+class GpuTrainerImpl final : public GpuTrainer, private StepBackend {
  public:
   GpuTrainerImpl(const ModelSpec& m, const Plan& plan, const GpuTrainOptions& o)
       : m_(m), plan_(plan), options_(o), program_(build_step_program(m, plan)) {}
@@ -63,12 +64,20 @@ class GpuTrainerImpl final : public GpuTrainer {
 
  private:
   void fill_tokens(int64_t step_index);
-  void run_program(float dloss, int64_t step_index, StepStats& stats);
-  void collective(const ProgramOp& op, size_t record);
   void init_optimizer();
-  void optimizer(int64_t step_index, StepStats& stats);
-  void update(float grad_scale);
-  double gradient_norm();
+  // StepBackend: this rank's share of each program op (runtime/step_executor.h).
+  void compute(const ProgramOp& op) override;
+  void send(const ProgramOp& op) override { pending_ = op.peer; }
+  void recv(const ProgramOp& op) override { exchange(op.peer); }
+  void collective(const ProgramOp& op) override;
+  double loss_sum() override;
+  double gradient_sumsq() override;
+  void apply_update(float grad_scale, int update) override;
+  void discard_gradients() override {}  // the next step zeroes them
+  void op_begin(size_t index, const ProgramOp& op) override;
+  void op_end(size_t index, const ProgramOp& op) override;
+  // The held-back send (if any) and the receive from `from` (-1: none), as NCCL groups.
+  void exchange(int from);
   // Records the start of an op on `stream` and returns its index, for close() to record its end.
   size_t mark(int32_t op, cudaStream_t stream);
   void close(size_t op, cudaStream_t stream) { cu::check(cudaEventRecord(events_[op].end, stream), "event"); }
@@ -99,6 +108,12 @@ class GpuTrainerImpl final : public GpuTrainer {
   std::vector<OpRecord> records_;
   LossScaler scaler_;
   int64_t updates_ = 0;
+  // The step being executed.
+  int64_t step_index_ = 0;
+  float dloss_ = 0;  // the loss gradient of one token (loss scale / tokens)
+  std::vector<std::unique_ptr<typename GpuModel<T>::MicroBatch>> states_;  // per micro-batch
+  int pending_ = -1;  // the peer the previous op's output still goes to
+  size_t record_ = 0, send_record_ = 0;  // the current op's and the held-back send's event pairs
 };
 
 template <class T>
@@ -215,80 +230,65 @@ size_t GpuTrainerImpl<T>::mark(int32_t op, cudaStream_t stream) {
   return used_++;
 }
 
-// This stage's program, op by op. Sends are held back and issued with the next receive from the
-// same neighbour (Megatron's batched send/recv pairs), or alone before the next F or B; the
-// compute stream waits for each group (blocking p2p). runtime/pipeline_exchange.h checks that
-// these groups cannot deadlock. Gradient
-// collectives run on the DP stream after the op they wait for; the optimizer on the compute stream
-// after the DP stream. Under emulation the neighbours are stand-ins that count the bytes.
+// Sends are held back and issued with the next receive from the same neighbour (Megatron's
+// batched send/recv pairs), or alone before the next F or B; the compute stream waits for each
+// group (blocking p2p). runtime/pipeline_exchange.h checks that these groups cannot deadlock.
+// Under emulation the neighbours are stand-ins that count the bytes.
 template <class T>
-void GpuTrainerImpl<T>::run_program(float dloss, int64_t step_index, StepStats& stats) {
-  const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len);
-  const StageProgram& stage = program_.stages[coords_.pp];
-  std::vector<std::unique_ptr<typename GpuModel<T>::MicroBatch>> states(static_cast<size_t>(plan_.micro_batches()));
+void GpuTrainerImpl<T>::exchange(int from) {
+  if (pending_ < 0 && from < 0) return;
   const DType type = model_->dtype();
   const int64_t boundary = stage_in_.size();
-  int pending = -1;  // the peer the previous op's output still goes to
-  // runtime/pipeline_exchange.h's groups: a held-back send travels with the next receive only when
-  // both are with one neighbour; otherwise it goes alone first.
-  auto exchange = [&](int from, size_t record) {
-    if (pending < 0 && from < 0) return;
-    if (pending >= 0 && from >= 0 && pending != from) {
-      pp_->group_start();
-      pp_->send_async(stage_out_.data(), boundary, type, pending, compute_);
-      pp_->group_end();
-      pending = -1;
+  if (pending_ >= 0 && from >= 0 && pending_ != from) exchange(-1);  // only one neighbour's pair travels together
+  pp_->group_start();
+  if (pending_ >= 0) pp_->send_async(stage_out_.data(), boundary, type, pending_, compute_);
+  if (from >= 0) pp_->recv_async(stage_in_.data(), boundary, type, from, compute_);
+  pp_->group_end();
+  if (pending_ >= 0) close(send_record_, compute_);  // the send is done when its group is
+  pending_ = -1;
+}
+
+// Each op's events: a send, a receive, a pass and the optimizer on the compute stream, a
+// collective on the DP stream. An F or B (not W, which touches no boundary buffer) and the optimizer first flush a
+// held-back send.
+template <class T>
+void GpuTrainerImpl<T>::op_begin(size_t index, const ProgramOp& op) {
+  const bool flush = op.type == ProgramOpType::kOptimizer || (op.type == ProgramOpType::kCompute && op.pass != OpKind::kWeight);
+  if (flush) exchange(-1);
+  const size_t r = mark(static_cast<int32_t>(index), op.type == ProgramOpType::kCollective ? dp_stream_ : compute_);
+  (op.type == ProgramOpType::kSend ? send_record_ : record_) = r;
+}
+
+// A send's record runs from its op until the group that carries it completes (exchange closes it).
+template <class T>
+void GpuTrainerImpl<T>::op_end(size_t, const ProgramOp& op) {
+  if (op.type != ProgramOpType::kSend) close(record_, op.type == ProgramOpType::kCollective ? dp_stream_ : compute_);
+}
+
+template <class T>
+void GpuTrainerImpl<T>::compute(const ProgramOp& op) {
+  const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len);
+  const int mb = op.micro_batch;
+  const int64_t offset = static_cast<int64_t>(mb) * b * s;
+  if (op.pass == OpKind::kForward) {
+    states_[mb] = model_->new_micro_batch();
+    model_->forward(*states_[mb], tokens_.data() + offset, targets_.data() + offset, stage_in_.data(),
+                    stage_out_.data(), b, s, dloss_, *tp_, scalar_.data());
+  } else if (op.pass == OpKind::kBackward) {
+    model_->backward(*states_[mb], stage_in_.data(), stage_out_.data(), b, s, *tp_, std::function<void(int)>());
+    states_[mb].reset();
+    // The overflow test hook: an inf before any reduction carries to every rank (as the CPU's).
+    if (step_index_ == options_.train.inject_overflow_step && coords_ == RankCoords{}) {
+      const float inf = std::numeric_limits<float>::infinity();
+      cu::check(cudaMemcpyAsync(model_->grads(), &inf, sizeof inf, cudaMemcpyHostToDevice, compute_), "poison");
+      sync(*tp_, compute_, "poison");  // `inf` lives on this stack frame
     }
-    pp_->group_start();
-    if (pending >= 0) pp_->send_async(stage_out_.data(), boundary, type, pending, compute_);
-    if (from >= 0) pp_->recv_async(stage_in_.data(), boundary, type, from, compute_);
-    pp_->group_end();
-    if (from >= 0) close(record, compute_);
-    pending = -1;
-  };
-  for (size_t i = 0; i < stage.ops.size(); ++i) {
-    const ProgramOp& op = stage.ops[i];
-    const int mb = op.micro_batch;
-    const int64_t offset = static_cast<int64_t>(mb) * b * s;
-    switch (op.type) {
-      case ProgramOpType::kSend: pending = op.peer; break;
-      case ProgramOpType::kRecv: exchange(op.peer, mark(static_cast<int32_t>(i), compute_)); break;
-      case ProgramOpType::kCollective: collective(op, mark(static_cast<int32_t>(i), dp_stream_)); break;
-      case ProgramOpType::kOptimizer: {
-        exchange(-1, 0);
-        const size_t r = mark(static_cast<int32_t>(i), compute_);
-        optimizer(step_index, stats);
-        close(r, compute_);
-        break;
-      }
-      case ProgramOpType::kCompute: {
-        if (op.pass != OpKind::kWeight) exchange(-1, 0);  // a W leaves the boundary buffers alone
-        const size_t r = mark(static_cast<int32_t>(i), compute_);
-        if (op.pass == OpKind::kForward) {
-          states[mb] = model_->new_micro_batch();
-          model_->forward(*states[mb], tokens_.data() + offset, targets_.data() + offset, stage_in_.data(),
-                          stage_out_.data(), b, s, dloss, *tp_, scalar_.data());
-        } else if (op.pass == OpKind::kBackward) {
-          model_->backward(*states[mb], stage_in_.data(), stage_out_.data(), b, s, *tp_, std::function<void(int)>());
-          states[mb].reset();
-          // The overflow test hook: an inf before any reduction carries to every rank (as the CPU's).
-          if (step_index == options_.train.inject_overflow_step && coords_ == RankCoords{}) {
-            const float inf = std::numeric_limits<float>::infinity();
-            cu::check(cudaMemcpyAsync(model_->grads(), &inf, sizeof inf, cudaMemcpyHostToDevice, compute_), "poison");
-            sync(*tp_, compute_, "poison");  // `inf` lives on this stack frame
-          }
-        }  // W: B computed the weight gradients too (as in the CPU runtime)
-        close(r, compute_);
-        break;
-      }
-    }
-  }
-  exchange(-1, 0);
+  }  // W: B computed the weight gradients too (as in the CPU runtime)
 }
 
 // A gradient collective on the DP stream once the compute stream has reached it.
 template <class T>
-void GpuTrainerImpl<T>::collective(const ProgramOp& op, size_t record) {
+void GpuTrainerImpl<T>::collective(const ProgramOp& op) {
   cu::check(cudaEventRecord(head_ready_, compute_), "event");
   cu::check(cudaStreamWaitEvent(dp_stream_, head_ready_), "wait");
   const int64_t count = model_->param_count();
@@ -315,15 +315,14 @@ void GpuTrainerImpl<T>::collective(const ProgramOp& op, size_t record) {
       break;
     default: break;  // ZeRO-2/3 are refused by check_gpu_support
   }
-  close(record, dp_stream_);
   cu::check(cudaEventRecord(dp_done_, dp_stream_), "event");
   cu::check(cudaStreamWaitEvent(compute_, dp_done_), "wait");  // the optimizer and the next step read them
 }
 
-// As Trainer::gradient_norm: TP-replicated tensors and the tied copy count once; the sum over TP
+// As Trainer::gradient_sumsq: TP-replicated tensors and the tied copy count once; the sum over TP
 // and PP ranks makes an inf or NaN anywhere reach every rank alike.
 template <class T>
-double GpuTrainerImpl<T>::gradient_norm() {
+double GpuTrainerImpl<T>::gradient_sumsq() {
   const std::vector<GpuTensor>& tensors = model_->tensors();
   cu::set_stream(compute_);
   // Each tensor's part inside this rank's shard (all of it without ZeRO).
@@ -345,7 +344,7 @@ double GpuTrainerImpl<T>::gradient_norm() {
   pp_->all_reduce(scalar_.data(), 1, ReduceOp::kSum);
   if (plan_.zero == 1) dp_->all_reduce(scalar_.data(), 1, ReduceOp::kSum);
   cu::check(cudaMemcpy(&sumsq, scalar_.data(), sizeof sumsq, cudaMemcpyDeviceToHost), "gradient norm");
-  return std::sqrt(static_cast<double>(sumsq));
+  return sumsq;
 }
 
 template <class T>
@@ -364,23 +363,25 @@ void GpuTrainerImpl<T>::resolve_records() {
 template <class T>
 StepStats GpuTrainerImpl<T>::step(int64_t step_index) {
   fill_tokens(step_index);
-  used_ = 0;
+  used_ = 0, pending_ = -1, step_index_ = step_index;
+  states_.clear();
+  states_.resize(static_cast<size_t>(plan_.micro_batches()));
   const int64_t count = model_->param_count();
   cu::check(cudaMemsetAsync(model_->grads(), 0, count * sizeof(float), compute_), "zero gradients");
   cu::check(cudaMemsetAsync(scalar_.data(), 0, sizeof(float), compute_), "zero loss");
   cu::check(cudaEventRecord(step_start_, compute_), "event");
-  const float dloss = scaler_.scale / static_cast<float>(plan_.global_batch * plan_.seq_len);
-  StepStats stats;
-  run_program(dloss, step_index, stats);
+  dloss_ = scaler_.scale / static_cast<float>(plan_.global_batch * plan_.seq_len);
+  const StepSettings settings{options_.train.clip_norm, step_index == options_.train.skip_step,
+                              static_cast<double>(plan_.global_batch * plan_.seq_len)};
+  const StepStats stats = execute_step(program_.stages[coords_.pp], *this, scaler_, updates_, settings);
   resolve_records();
   if (dog_) dog_->leave();
   return stats;
 }
 
-// The optimizer op: the loss summed over the stages and DP, then the one update rule
-// (runtime/optimizer_step.h) on the global gradient norm.
+// The last stage's summed token loss (in scalar_), summed over the stages and DP.
 template <class T>
-void GpuTrainerImpl<T>::optimizer(int64_t step_index, StepStats& stats) {
+double GpuTrainerImpl<T>::loss_sum() {
   float loss = 0;
   cu::check(cudaMemcpyAsync(&loss, scalar_.data(), sizeof loss, cudaMemcpyDeviceToHost, compute_), "loss");
   sync(*tp_, compute_, "loss");
@@ -390,19 +391,13 @@ void GpuTrainerImpl<T>::optimizer(int64_t step_index, StepStats& stats) {
     dp_->all_reduce(scalar_.data(), 1, ReduceOp::kSum);
     cu::check(cudaMemcpy(&loss, scalar_.data(), sizeof loss, cudaMemcpyDeviceToHost), "loss");
   }
-  const UpdateDecision d = decide_update(scaler_, gradient_norm(), options_.train.clip_norm,
-                                         step_index == options_.train.skip_step);
-  stats = d.stats;
-  stats.loss = loss / static_cast<double>(plan_.global_batch * plan_.seq_len);
-  if (stats.skipped) return;
-  ++updates_;
-  update(d.grad_scale);
+  return loss;
 }
 
 // AdamW over this rank's shard, writing its 16-bit weights; ZeRO-1's program then gathers every
 // rank's updated weights over DP (in place) before the next forward.
 template <class T>
-void GpuTrainerImpl<T>::update(float grad_scale) {
+void GpuTrainerImpl<T>::apply_update(float grad_scale, int update) {
   const int64_t at = shard_.offset, n = shard_.size;
   // The fp32 master of flat element e: in this rank's shard (ZeRO-1) or in the whole copy.
   auto master = [&](int64_t e) { return plan_.zero == 1 ? master_shard_.data() + (e - at) : model_->master() + e; };
@@ -420,7 +415,7 @@ void GpuTrainerImpl<T>::update(float grad_scale) {
     if (begin < end)
       cu::adamw_update(master(begin), model_->weights() + begin, model_->grads() + begin, adam_m_.data() + (begin - at),
                        adam_v_.data() + (begin - at), end - begin, decay ? options_.train.adam : no_decay,
-                       static_cast<int>(updates_), grad_scale);
+                       update, grad_scale);
     i = j;
   }
 }

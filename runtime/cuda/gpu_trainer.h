@@ -1,21 +1,21 @@
-// GpuTrainer: executes a Plan on this process's GPU — the CPU Trainer's step (runtime/trainer.h:
-// the same data, losses, gradient clipping, AdamW and dynamic loss scaling) on a GpuModel in the
-// plan's precision (bf16 or fp16 with fp32 master weights and gradients; fp32 for checks).
+// GpuTrainer: executes a Plan on this process's GPU — the same StepProgram as the CPU Trainer,
+// through the same step executor (runtime/step_executor.h: the same data, losses, gradient
+// clipping, AdamW and dynamic loss scaling), on a GpuModel in the plan's precision (bf16 or fp16
+// with fp32 master weights and gradients; fp32 for checks).
 //
-// Streams: the model runs on a compute stream; data-parallel gradient reduction runs on its own
-// stream, with ZeRO 0 one all-reduce bucket per layer, each started as soon as the last micro-batch's backward of that
-// layer is done, so it overlaps the rest of the backward (what the simulator's
-// overlap_grad_reduce assumes). Per-op times come from CUDA events; memory from the caching
-// DeviceAllocator's high-water mark.
+// Streams: the model runs on a compute stream; the program's gradient collectives run on a DP
+// stream once the compute stream has reached them (they do not yet start inside the last
+// backward, as overlap_grad_reduce prices). Per-op times come from CUDA events, under the
+// program's names; memory from the caching DeviceAllocator's high-water mark.
 //
-// Real ranks: TP, PP (one model chunk per stage; GPipe, 1F1B and — where its groups cannot
-// deadlock — ZB-H1 op orders; a grouped NCCL send/recv pair at each op boundary) and DP over NCCL, ZeRO 0 or 1 (one reduce-scatter of the
-// gradients after the backward, AdamW on this rank's shard of the fp32 masters and moments, an
-// all-gather of the 16-bit weights). Rank emulation (`emulate_rank` >= 0): one GPU
-// runs rank R's share of any plan — its stage of the pipeline with the schedule's op order, its TP
-// shard, its micro-batches — with stand-in collectives (runtime/cuda/stand_in_communicator.h),
-// so per-rank compute time and memory of plans far larger than one GPU can be measured. Other
-// settings are refused by check_gpu_support().
+// Real ranks: TP, PP (one model chunk per stage; GPipe, 1F1B and ZB-H1, sends grouped with the
+// next receive from the same neighbour — runtime/pipeline_exchange.h) and DP over NCCL, ZeRO 0
+// (the program's all-reduce buckets) or 1 with one bucket (a reduce-scatter, AdamW on this rank's
+// shard of the fp32 masters and moments, an all-gather of the 16-bit weights). Rank emulation
+// (`emulate_rank` >= 0): one GPU runs rank R's share of any plan — its stage of the pipeline with
+// the schedule's op order, its TP shard, its micro-batches — with stand-in collectives
+// (runtime/cuda/stand_in_communicator.h), so per-rank compute time and memory of plans far larger
+// than one GPU can be measured. Other settings are refused by check_gpu_support().
 #pragma once
 
 #include <memory>
