@@ -78,6 +78,11 @@ class GpuTrainerImpl final : public GpuTrainer, private StepBackend {
   void op_end(size_t index, const ProgramOp& op) override;
   // The held-back send (if any) and the receive from `from` (-1: none), as NCCL groups.
   void exchange(int from);
+  // ZeRO 0's bucket k: the k-th slice of the flat gradients counted from their end — the layers a
+  // backward finishes first (the flat layout is the head, then the layers in order).
+  ElementRange gradient_bucket(int64_t k) const;
+  // Program op j, a DP bucket, launched on the DP stream now (from inside the backward).
+  void launch_bucket(int32_t j);
   // Records the start of an op on `stream` and returns its index, for close() to record its end.
   size_t mark(int32_t op, cudaStream_t stream);
   void close(size_t op, cudaStream_t stream) { cu::check(cudaEventRecord(events_[op].end, stream), "event"); }
@@ -113,6 +118,12 @@ class GpuTrainerImpl final : public GpuTrainer, private StepBackend {
   float dloss_ = 0;  // the loss gradient of one token (loss scale / tokens)
   std::vector<std::unique_ptr<typename GpuModel<T>::MicroBatch>> states_;  // per micro-batch
   int pending_ = -1;  // the peer the previous op's output still goes to
+  size_t current_ = 0;  // the program op being executed
+  // overlap_grad_reduce: per program op, the DP buckets that wait for a share of it; per program op,
+  // whether it was launched early; an event per layer for the bucket launches.
+  std::vector<std::vector<int32_t>> overlap_buckets_;
+  std::vector<char> launched_;
+  std::vector<cudaEvent_t> layer_events_;
   size_t record_ = 0, send_record_ = 0;  // the current op's and the held-back send's event pairs
 };
 
@@ -123,6 +134,7 @@ GpuTrainerImpl<T>::~GpuTrainerImpl() {
   if (dp_stream_) cudaStreamSynchronize(dp_stream_);
   for (EventPair& e : events_) cudaEventDestroy(e.begin), cudaEventDestroy(e.end);
   if (step_start_) cudaEventDestroy(step_start_), cudaEventDestroy(dp_done_), cudaEventDestroy(head_ready_);
+  for (cudaEvent_t e : layer_events_) cudaEventDestroy(e);
   model_.reset();
   cu::set_stream(nullptr);  // the thread's kernels must not go on to a destroyed stream
   if (compute_) cudaStreamDestroy(compute_), cudaStreamDestroy(dp_stream_);
@@ -165,6 +177,16 @@ Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
   if (!model.ok()) return Error{model.error()};
   model_ = std::move(model).value();
   init_optimizer();
+  const StageProgram& stage = program_.stages[coords_.pp];
+  overlap_buckets_.assign(stage.ops.size(), {});
+  for (size_t j = 0; j < stage.ops.size(); ++j)
+    if (plan_.zero == 0 && stage.ops[j].role == CollectiveRole::kGradientBucket && stage.ops[j].first_wait_fraction < 1)
+      overlap_buckets_[stage.ops[j].waits_for[0]].push_back(static_cast<int32_t>(j));
+  for (size_t l = 0; l < model_->layer_ranges().size(); ++l) {
+    cudaEvent_t e = nullptr;
+    cu::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+    layer_events_.push_back(e);
+  }
   const int64_t tokens = plan_.micro_batches() * plan_.micro_batch * plan_.seq_len;
   tokens_ = DeviceArray<int>(tokens), targets_ = DeviceArray<int>(tokens);
   // Emulated neighbours: a fixed, non-zero boundary activation and gradient.
@@ -255,14 +277,16 @@ template <class T>
 void GpuTrainerImpl<T>::op_begin(size_t index, const ProgramOp& op) {
   const bool flush = op.type == ProgramOpType::kOptimizer || (op.type == ProgramOpType::kCompute && op.pass != OpKind::kWeight);
   if (flush) exchange(-1);
+  current_ = index;
+  if (launched_[index]) return;  // a DP bucket already running beside the backward
   const size_t r = mark(static_cast<int32_t>(index), op.type == ProgramOpType::kCollective ? dp_stream_ : compute_);
   (op.type == ProgramOpType::kSend ? send_record_ : record_) = r;
 }
 
 // A send's record runs from its op until the group that carries it completes (exchange closes it).
 template <class T>
-void GpuTrainerImpl<T>::op_end(size_t, const ProgramOp& op) {
-  if (op.type != ProgramOpType::kSend) close(record_, op.type == ProgramOpType::kCollective ? dp_stream_ : compute_);
+void GpuTrainerImpl<T>::op_end(size_t index, const ProgramOp& op) {
+  if (op.type != ProgramOpType::kSend && !launched_[index]) close(record_, op.type == ProgramOpType::kCollective ? dp_stream_ : compute_);
 }
 
 template <class T>
@@ -275,7 +299,19 @@ void GpuTrainerImpl<T>::compute(const ProgramOp& op) {
     model_->forward(*states_[mb], tokens_.data() + offset, targets_.data() + offset, stage_in_.data(),
                     stage_out_.data(), b, s, dloss_, *tp_, scalar_.data());
   } else if (op.pass == OpKind::kBackward) {
-    model_->backward(*states_[mb], stage_in_.data(), stage_out_.data(), b, s, *tp_, std::function<void(int)>());
+    // With overlap_grad_reduce, each DP bucket starts as soon as the backward has left its layers.
+    std::function<void(int)> layer_done;
+    if (!overlap_buckets_[current_].empty())
+      layer_done = [this](int l) {
+        cu::check(cudaEventRecord(layer_events_[l], compute_), "event");
+        for (int32_t j : overlap_buckets_[current_]) {
+          const int64_t k = program_.stages[coords_.pp].ops[j].bucket;
+          if (launched_[j] || gradient_bucket(k).begin < model_->layer_ranges()[l].offset) continue;
+          cu::check(cudaStreamWaitEvent(dp_stream_, layer_events_[l]), "wait");
+          launch_bucket(j);
+        }
+      };
+    model_->backward(*states_[mb], stage_in_.data(), stage_out_.data(), b, s, *tp_, layer_done);
     states_[mb].reset();
     // The overflow test hook: an inf before any reduction carries to every rank (as the CPU's).
     if (step_index_ == options_.train.inject_overflow_step && coords_ == RankCoords{}) {
@@ -286,16 +322,32 @@ void GpuTrainerImpl<T>::compute(const ProgramOp& op) {
   }  // W: B computed the weight gradients too (as in the CPU runtime)
 }
 
-// A gradient collective on the DP stream once the compute stream has reached it.
+template <class T>
+ElementRange GpuTrainerImpl<T>::gradient_bucket(int64_t k) const {
+  return bucket_range(model_->param_count(), count_buckets_, count_buckets_ - 1 - k);
+}
+
+template <class T>
+void GpuTrainerImpl<T>::launch_bucket(int32_t j) {
+  const size_t r = mark(j, dp_stream_);
+  const ElementRange range = gradient_bucket(program_.stages[coords_.pp].ops[j].bucket);
+  dp_->all_reduce_async(model_->grads() + range.begin, range.end - range.begin, DType::kF32, ReduceOp::kSum, dp_stream_);
+  close(r, dp_stream_);
+  launched_[j] = 1;
+}
+
+// A gradient collective on the DP stream once the compute stream has reached it (or, for a DP
+// bucket launched beside the backward, only the compute stream's wait for it).
 template <class T>
 void GpuTrainerImpl<T>::collective(const ProgramOp& op) {
-  cu::check(cudaEventRecord(head_ready_, compute_), "event");
-  cu::check(cudaStreamWaitEvent(dp_stream_, head_ready_), "wait");
-  const int64_t count = model_->param_count();
-  switch (op.role) {
+  if (!launched_[current_]) {
+    cu::check(cudaEventRecord(head_ready_, compute_), "event");
+    cu::check(cudaStreamWaitEvent(dp_stream_, head_ready_), "wait");
+  }
+  switch (launched_[current_] ? CollectiveRole::kNone : op.role) {
     case CollectiveRole::kGradientBucket:
       if (plan_.zero == 0) {
-        const ElementRange r = bucket_range(count, count_buckets_, op.bucket);
+        const ElementRange r = gradient_bucket(op.bucket);
         dp_->all_reduce_async(model_->grads() + r.begin, r.end - r.begin, DType::kF32, ReduceOp::kSum, dp_stream_);
       } else {  // ZeRO-1 (one bucket): one reduce-scatter, in place, leaves this rank its shard's sums
         dp_->reduce_scatter_async(model_->grads() + shard_.offset, model_->grads(), shard_.size, DType::kF32, dp_stream_);
@@ -364,6 +416,7 @@ template <class T>
 StepStats GpuTrainerImpl<T>::step(int64_t step_index) {
   fill_tokens(step_index);
   used_ = 0, pending_ = -1, step_index_ = step_index;
+  launched_.assign(program_.stages[coords_.pp].ops.size(), 0);
   states_.clear();
   states_.resize(static_cast<size_t>(plan_.micro_batches()));
   const int64_t count = model_->param_count();
