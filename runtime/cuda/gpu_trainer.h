@@ -4,8 +4,8 @@
 // with fp32 master weights and gradients; fp32 for checks).
 //
 // Streams: the model runs on a compute stream; the program's gradient collectives run on a DP
-// stream once the compute stream has reached them (they do not yet start inside the last
-// backward, as overlap_grad_reduce prices). Per-op times come from CUDA events, under the
+// stream once the compute stream has reached them — with overlap_grad_reduce, ZeRO 0's buckets as
+// soon as the last backward has left their layers. Per-op times come from CUDA events, under the
 // program's names; memory from the caching DeviceAllocator's high-water mark.
 //
 // Real ranks: TP, PP (one model chunk per stage; GPipe, 1F1B and ZB-H1, sends grouped with the
