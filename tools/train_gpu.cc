@@ -151,18 +151,17 @@ int run_gpu_training(const TrainFlags& o, const ModelSpec& m, const Plan& plan, 
   Result<std::unique_ptr<GpuTrainer>> trainer = GpuTrainer::create(m, plan, world.get(), go);
   if (!trainer.ok()) fail_all(cpu_world, trainer.error());
   RunLog run;
-  try {
-    for (int64_t step = 0; step < o.steps; ++step) {
-      const auto start = std::chrono::steady_clock::now();
-      const StepStats stats = (*trainer)->step(step);  // returns synchronized
-      run.times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      run.losses.push_back(stats.loss);
-      if (stats.skipped) run.skipped.push_back(step);
-      run.loss_scale = stats.loss_scale;
+  for (int64_t step = 0; step < o.steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    const Result<StepStats> stats = (*trainer)->step(step);  // returns synchronized
+    if (!stats.ok()) {
+      std::cerr << "train: error: " << stats.error() << std::endl;  // a CUDA failure: this rank cannot go on
+      return 3;
     }
-  } catch (const std::exception& e) {
-    std::cerr << "train: error: " << e.what() << std::endl;  // a CUDA failure: this rank cannot go on
-    return 3;
+    run.times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    run.losses.push_back(stats->loss);
+    if (stats->skipped) run.skipped.push_back(step);
+    run.loss_scale = stats->loss_scale;
   }
   const bool root = world ? world->rank() == 0 : true;
   report(o, plan, m, **trainer, run, collectives(world.get()), root);

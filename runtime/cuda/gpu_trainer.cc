@@ -51,7 +51,7 @@ class GpuTrainerImpl final : public GpuTrainer, private StepBackend {
   ~GpuTrainerImpl() override;
   Status init(DeviceCommunicator* world);
 
-  StepStats step(int64_t step_index) override;
+  StepStats run_step(int64_t step_index) override;
   const std::vector<OpRecord>& last_step_ops() const override { return records_; }
   const StepProgram& program() const override { return program_; }
   int64_t peak_memory_bytes() const override {
@@ -413,7 +413,7 @@ void GpuTrainerImpl<T>::resolve_records() {
 }
 
 template <class T>
-StepStats GpuTrainerImpl<T>::step(int64_t step_index) {
+StepStats GpuTrainerImpl<T>::run_step(int64_t step_index) {
   fill_tokens(step_index);
   used_ = 0, pending_ = -1, step_index_ = step_index;
   launched_.assign(program_.stages[coords_.pp].ops.size(), 0);
@@ -482,6 +482,14 @@ Result<std::unique_ptr<GpuTrainer>> make(const ModelSpec& m, const Plan& plan, D
 }
 
 }  // namespace
+
+Result<StepStats> GpuTrainer::step(int64_t step_index) {
+  try {
+    return run_step(step_index);
+  } catch (const std::exception& e) {  // the kernels' and libraries' failures, as one value
+    return Error{e.what()};
+  }
+}
 
 Result<std::unique_ptr<GpuTrainer>> GpuTrainer::create(const ModelSpec& m, const Plan& plan, DeviceCommunicator* world,
                                                        const GpuTrainOptions& o) {

@@ -48,7 +48,8 @@ class GpuTrainer {
   static Result<std::unique_ptr<GpuTrainer>> create(const ModelSpec& m, const Plan& plan, DeviceCommunicator* world,
                                                     const GpuTrainOptions& options);
   virtual ~GpuTrainer() = default;
-  virtual StepStats step(int64_t step_index) = 0;
+  // Errors: a CUDA, cuBLAS or NCCL failure, named; the rank cannot go on.
+  Result<StepStats> step(int64_t step_index);
   // The ops of the last step (CUDA events), seconds from the step's start.
   virtual const std::vector<OpRecord>& last_step_ops() const = 0;
   // The step program this rank executes (its ops name the records).
@@ -59,6 +60,9 @@ class GpuTrainer {
   virtual int64_t pp_bytes() const = 0;
   virtual int64_t dp_bytes() const = 0;
   virtual const RankCoords& coords() const = 0;
+
+ private:
+  virtual StepStats run_step(int64_t step_index) = 0;  // throws on a device failure
 };
 
 }  // namespace parallax

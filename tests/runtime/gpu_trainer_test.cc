@@ -46,7 +46,7 @@ std::vector<double> gpu_losses(const ModelSpec& m, const Plan& p, int steps, int
   Result<std::unique_ptr<GpuTrainer>> t = GpuTrainer::create(m, p, emulate_rank >= 0 ? nullptr : &world, o);
   EXPECT_TRUE(t.ok()) << t.error();
   std::vector<double> out;
-  for (int s = 0; t.ok() && s < steps; ++s) out.push_back((*t)->step(s).loss);
+  for (int s = 0; t.ok() && s < steps; ++s) out.push_back((*t)->step(s).value().loss);
   return out;
 }
 
@@ -154,7 +154,7 @@ TEST(GpuTrainer, EmulatedDataAndSequenceParallelStepsAreTimed) {
     GpuTrainOptions o;
     o.emulate_rank = 1;
     std::unique_ptr<GpuTrainer> t = GpuTrainer::create(tiny("tiny-gpt"), p, nullptr, o).value();
-    for (int step = 0; step < 2; ++step) EXPECT_TRUE(std::isfinite(t->step(step).loss)) << "ZeRO " << zero;
+    for (int step = 0; step < 2; ++step) EXPECT_TRUE(std::isfinite(t->step(step).value().loss)) << "ZeRO " << zero;
     // Every op of the rank's program is recorded, in program order.
     const StageProgram& stage = t->program().stages[0];
     ASSERT_EQ(t->last_step_ops().size(), stage.ops.size());
