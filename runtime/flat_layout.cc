@@ -30,10 +30,8 @@ void FlatLayout::visit(ElementRange r, F&& f) const {
 void FlatLayout::copy_grads(ElementRange r, float* out) const {
   visit(r, [&](Param& p, int64_t at, int64_t to, int64_t n) { std::copy_n(p.grad.data() + at, n, out + to); });
 }
-void FlatLayout::add_grads(ElementRange r, const float* in) const {
-  visit(r, [&](Param& p, int64_t at, int64_t from, int64_t n) {
-    for (int64_t e = 0; e < n; ++e) p.grad[at + e] += in[from + e];
-  });
+void FlatLayout::set_grads(ElementRange r, const float* in) const {
+  visit(r, [&](Param& p, int64_t at, int64_t from, int64_t n) { std::copy_n(in + from, n, p.grad.data() + at); });
 }
 void FlatLayout::zero_grads(ElementRange r) const {
   visit(r, [&](Param& p, int64_t at, int64_t, int64_t n) { std::fill_n(p.grad.data() + at, n, 0.0f); });

@@ -24,7 +24,7 @@ class FlatLayout {
 
   // Copies gradients (or values) of flat range r into `out` / from `in`; zeroes gradients of r.
   void copy_grads(ElementRange r, float* out) const;
-  void add_grads(ElementRange r, const float* in) const;
+  void set_grads(ElementRange r, const float* in) const;
   void zero_grads(ElementRange r) const;
   void copy_values(ElementRange r, float* out) const;
   void set_values(ElementRange r, const float* in) const;

@@ -12,8 +12,11 @@
 
 namespace parallax {
 
-Status check_runtime_support(const Plan& p) {
+Status check_runtime_support(const ModelSpec& m, const Plan& p) {
   auto no = [](const std::string& what) { return Error{"the CPU runtime does not execute " + what + " yet"}; };
+  if (m.is_moe())  // training it as a dense model would be silently wrong
+    return no("mixture-of-experts models (" + m.name + " has " + std::to_string(m.experts) +
+              " experts; expert parallelism is not built)");
   // MPI guarantees tags up to 32767; pipeline transfers use one per (direction, micro-batch, stage).
   if (p.pp > 1 && 2 * p.micro_batches() * p.pp * p.virtual_stages > 32767)
     return Error{"too many micro-batches x stages for MPI tags (at most 32767 transfers per step)"};
@@ -28,19 +31,9 @@ int synthetic_token(uint64_t data_seed, int64_t step, int64_t seq, int64_t pos, 
   return static_cast<int>(splitmix64(h) % static_cast<uint64_t>(vocab));
 }
 
-namespace {
-Status check_runtime_support_for(const ModelSpec& m) {
-  if (m.is_moe())
-    return Error{"the CPU runtime does not execute mixture-of-experts models yet (" + m.name + " has " +
-                 std::to_string(m.experts) + " experts; expert parallelism is not built): it would train a dense model"};
-  return Status::Ok();
-}
-}  // namespace
-
 Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan& plan, Communicator& world,
                                                  const TrainOptions& options) {
-  if (Status s = check_runtime_support(plan); !s.ok()) return Error{s.error()};
-  if (Status s = check_runtime_support_for(m); !s.ok()) return Error{s.error()};
+  if (Status s = check_runtime_support(m, plan); !s.ok()) return Error{s.error()};
   if (world.size() != plan.gpus())
     return Error{"world size " + std::to_string(world.size()) + " does not equal tp x pp x dp = " +
                  std::to_string(plan.gpus())};
@@ -173,8 +166,7 @@ void Trainer::collective(const ProgramOp& op) {
         Buffer flat(r.end - r.begin);
         layout_->copy_grads(r, flat.data());
         dp_->all_reduce(flat.data(), static_cast<int64_t>(flat.size()), ReduceOp::kSum);
-        layout_->zero_grads(r);
-        layout_->add_grads(r, flat.data());
+        layout_->set_grads(r, flat.data());
       }
       return;
     case CollectiveRole::kGradientShard: zero_->reduce_gradients(); return;

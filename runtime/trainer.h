@@ -46,7 +46,7 @@ struct TrainOptions {
 Result<std::vector<int>> read_token_file(const std::string& path, int64_t vocab);
 
 // The settings of `plan` this runtime can execute, or an error naming the first one it cannot.
-Status check_runtime_support(const Plan& plan);
+Status check_runtime_support(const ModelSpec& m, const Plan& plan);
 
 // Token `pos` (0..s) of global sequence `seq` at `step`: deterministic, independent of the plan.
 int synthetic_token(uint64_t data_seed, int64_t step, int64_t seq, int64_t pos, int64_t vocab);

@@ -112,11 +112,16 @@ TEST(Trainer, RankCoordinatesFollowTheRankOrder) {
 }
 
 TEST(Trainer, RefusesWhatItCannotRunYet) {
+  ModelSpec m = tiny("tiny-llama");
   Plan p;
   p.offload = true;
-  EXPECT_EQ(check_runtime_support(p).error(), "the CPU runtime does not execute offload yet");
+  EXPECT_EQ(check_runtime_support(m, p).error(), "the CPU runtime does not execute offload yet");
   p.offload = false;
-  EXPECT_TRUE(check_runtime_support(p).ok());
+  EXPECT_TRUE(check_runtime_support(m, p).ok());
+  m.experts = 8;  // a Mixtral-style model: refused, not trained as a dense one
+  EXPECT_EQ(check_runtime_support(m, p).error(),
+            "the CPU runtime does not execute mixture-of-experts models (tiny-llama has 8 experts; expert "
+            "parallelism is not built) yet");
 }
 
 }  // namespace
