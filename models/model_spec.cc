@@ -40,6 +40,16 @@ void read_gpt2(JsonFields& f, ModelSpec& m) {
   if (f.ok()) m.head_dim = m.hidden / m.heads;
 }
 
+// head_dim as given, else hidden_size / num_attention_heads (both Llama's and Nemotron's rule).
+void read_head_dim(JsonFields& f, ModelSpec& m) {
+  if (f.has("head_dim")) {
+    m.head_dim = f.required_int("head_dim");
+  } else if (f.ok()) {
+    if (m.hidden % m.heads != 0) f.fail("hidden_size", "must be a multiple of num_attention_heads");
+    m.head_dim = m.hidden / std::max<int64_t>(m.heads, 1);
+  }
+}
+
 // LlamaConfig and its relatives (Mistral, Mixtral, Qwen2): RMSNorm, SwiGLU, rotary positions.
 void read_llama_family(JsonFields& f, ModelSpec& m) {
   m.norm = Norm::kRmsNorm;
@@ -66,12 +76,38 @@ void read_llama_family(JsonFields& f, ModelSpec& m) {
   }
   if (f.ok() && m.heads % m.kv_heads != 0)
     f.fail("num_key_value_heads", "must divide num_attention_heads");
-  if (f.has("head_dim")) {
-    m.head_dim = f.required_int("head_dim");
-  } else if (f.ok()) {
-    if (m.hidden % m.heads != 0) f.fail("hidden_size", "must be a multiple of num_attention_heads");
-    m.head_dim = m.hidden / std::max<int64_t>(m.heads, 1);
-  }
+  read_head_dim(f, m);
+}
+
+// NemotronConfig (Nemotron-4): LayerNorm1p (LayerNorm whose weight is stored as w - 1), a
+// squared-ReLU MLP without a gate, rotary positions on partial_rotary_factor of each head, GQA, no
+// linear biases by default. Defaults are NemotronConfig's.
+void read_nemotron(JsonFields& f, ModelSpec& m) {
+  m.norm = Norm::kLayerNorm;
+  m.mlp = Mlp::kSquaredRelu;
+  m.positions = Positions::kRotary;
+  m.hidden = f.required_int("hidden_size");
+  m.ffn_hidden = f.required_int("intermediate_size");
+  m.layers = f.required_int("num_hidden_layers");
+  m.heads = f.required_int("num_attention_heads");
+  m.kv_heads = f.optional_int("num_key_value_heads").value_or(m.heads);
+  m.vocab = f.required_int("vocab_size");
+  m.max_positions = f.required_int("max_position_embeddings");
+  m.tied_embeddings = f.optional_bool("tie_word_embeddings", false);
+  m.rope_theta = f.optional_number("rope_theta").value_or(10000.0);
+  m.norm_eps = f.optional_number("norm_eps").value_or(1e-5);
+  m.dropout = any_dropout(f, {"attention_dropout"});
+  const std::string act = f.optional_string("hidden_act").value_or("relu2");
+  if (act != "relu2") f.fail("hidden_act", "'" + act + "' is not supported for nemotron (only relu2)");
+  const bool attention_bias = f.optional_bool("attention_bias", false), mlp_bias = f.optional_bool("mlp_bias", false);
+  if (attention_bias != mlp_bias) f.fail("mlp_bias", "must equal attention_bias (biases on some linears only are not modelled)");
+  m.linear_bias = attention_bias;
+  if (f.ok() && m.heads % m.kv_heads != 0) f.fail("num_key_value_heads", "must divide num_attention_heads");
+  read_head_dim(f, m);
+  const double fraction = f.optional_number("partial_rotary_factor").value_or(0.5);
+  if (f.ok() && (fraction > 1.0 || static_cast<int64_t>(m.head_dim * fraction) < 2))
+    f.fail("partial_rotary_factor", "must leave at least 2 and at most head_dim rotary dimensions");
+  m.rotary_dims = static_cast<int64_t>(static_cast<double>(m.head_dim) * fraction) / 2 * 2;
 }
 
 std::string infer_model_type(JsonFields& f, const nlohmann::json& config) {
@@ -80,7 +116,7 @@ std::string infer_model_type(JsonFields& f, const nlohmann::json& config) {
   auto it = config.find("architectures");
   if (it != config.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
     std::string arch = (*it)[0].get<std::string>();
-    for (const char* type : {"GPT2", "Llama", "Mistral", "Mixtral", "Qwen2"}) {
+    for (const char* type : {"GPT2", "Llama", "Mistral", "Mixtral", "Qwen2", "Nemotron"}) {
       if (arch.rfind(type, 0) == 0) {
         std::string lower = type;
         for (char& c : lower) c = static_cast<char>(std::tolower(c));
@@ -121,10 +157,13 @@ Result<ModelSpec> model_from_hf_config(const nlohmann::json& config, const std::
   } else if (m.model_type == "llama" || m.model_type == "mistral" || m.model_type == "mixtral" ||
              m.model_type == "qwen2") {
     read_llama_family(f, m);
+  } else if (m.model_type == "nemotron") {
+    read_nemotron(f, m);
   } else {
     f.fail("model_type", "unsupported '" + m.model_type +
-                             "' (supported: gpt2, llama, mistral, mixtral, qwen2)");
+                             "' (supported: gpt2, llama, mistral, mixtral, qwen2, nemotron)");
   }
+  if (f.ok() && m.positions == Positions::kRotary && m.rotary_dims == 0) m.rotary_dims = m.head_dim;
   if (f.ok()) check_sizes(f, m);
   if (!f.ok()) return Error{f.error()};
   m.name = m.model_type;

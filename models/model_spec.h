@@ -1,5 +1,5 @@
 // ModelSpec: what is trained — the shape of a decoder-only transformer, read from a Hugging Face
-// config.json exactly as published (GPT-2, Llama, Mistral, Mixtral, Qwen2). It is the first of the
+// config.json exactly as published (GPT-2, Llama, Mistral, Mixtral, Qwen2, Nemotron). It is the first of the
 // three inputs (model, cluster, plan); layer_cost.h turns it into parameters, FLOPs and bytes.
 #pragma once
 
@@ -13,12 +13,13 @@
 namespace parallax {
 
 enum class Norm { kLayerNorm, kRmsNorm };
-enum class Mlp { kGelu, kSwiGlu };           // GELU: h->f->h; SwiGLU: h->2f (gate, up) -> f -> h
+// GELU and squared ReLU (Nemotron's relu2, max(x, 0)^2): h->f->h; SwiGLU: h->2f (gate, up) -> f -> h.
+enum class Mlp { kGelu, kSwiGlu, kSquaredRelu };
 enum class Positions { kLearned, kRotary };  // learned: an s_max x h table on the first stage
 
 struct ModelSpec {
   std::string name;        // the file's stem, e.g. "13b"; else the model_type
-  std::string model_type;  // as in config.json: gpt2, llama, mistral, mixtral, qwen2
+  std::string model_type;  // as in config.json: gpt2, llama, mistral, mixtral, qwen2, nemotron
   Norm norm = Norm::kRmsNorm;
   Mlp mlp = Mlp::kSwiGlu;
   Positions positions = Positions::kRotary;
@@ -38,11 +39,15 @@ struct ModelSpec {
   int64_t experts_per_token = 1;  // Mixtral: num_experts_per_tok (top-k)
   bool dropout = false;           // any dropout > 0: 1-byte masks are stored (Korthikanti)
   double rope_theta = 10000.0;    // rotary base (Hugging Face's default when absent)
+  // Leading dimensions of each head that rotate: head_dim, or int(head_dim * partial_rotary_factor)
+  // (Nemotron: half); the rest pass through unrotated.
+  int64_t rotary_dims = 0;
   double norm_eps = 1e-5;         // rms_norm_eps (Llama family) or layer_norm_epsilon (GPT-2)
 
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
   bool is_moe() const { return experts > 1; }
+  bool gated_mlp() const { return mlp == Mlp::kSwiGlu; }
 };
 
 // Reads a Hugging Face config.json object; `where` names the source in error messages.

@@ -63,8 +63,14 @@ void model_arguments(const ModelSpec& m, std::vector<std::string>& a) {
     arg("--moe-router-topk", m.experts_per_token);
   }
   if (m.mlp == Mlp::kSwiGlu) a.push_back("--swiglu");
+  if (m.mlp == Mlp::kSquaredRelu) a.push_back("--squared-relu");
   if (m.norm == Norm::kRmsNorm) arg("--normalization", "RMSNorm");
+  if (m.model_type == "nemotron") a.push_back("--apply-layernorm-1p");
   arg("--position-embedding-type", m.positions == Positions::kRotary ? "rope" : "learned_absolute");
+  if (m.positions == Positions::kRotary) {
+    if (m.rotary_dims != m.head_dim) arg("--rotary-percent", static_cast<double>(m.rotary_dims) / static_cast<double>(m.head_dim));
+    if (m.rope_theta != 10000.0) arg("--rotary-base", m.rope_theta);
+  }
   if (!m.tied_embeddings) a.push_back("--untie-embeddings-and-output-weights");
   if (!m.linear_bias) a.push_back("--disable-bias-linear");
   if (m.qkv_bias && !m.linear_bias) a.push_back("--add-qkv-bias");

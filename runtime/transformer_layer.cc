@@ -86,9 +86,10 @@ void Transformer::layer_forward(Layer& L, Cache& c, float* x, int b, int s, Comm
   columns(c.q.data(), qkv.data(), n, width, 0, ql, false);
   columns(c.k.data(), qkv.data(), n, width, ql, kvl, false);
   columns(c.v.data(), qkv.data(), n, width, ql + kvl, kvl, false);
+  const int rot = static_cast<int>(m_.rotary_dims);
   if (m_.positions == Positions::kRotary) {
-    kernels::rope_forward(c.q.data(), b, s, heads, hd, rope_base_);
-    kernels::rope_forward(c.k.data(), b, s, kv_heads, hd, rope_base_);
+    kernels::rope_forward(c.q.data(), b, s, heads, hd, rot, rope_base_);
+    kernels::rope_forward(c.k.data(), b, s, kv_heads, hd, rot, rope_base_);
   }
   c.probs.resize(static_cast<int64_t>(b) * heads * s * s), c.o.resize(c.q.size());
   kernels::attention_forward(c.o.data(), c.probs.data(), c.q.data(), c.k.data(), c.v.data(), {b, s, heads, kv_heads, hd});
@@ -104,6 +105,7 @@ void Transformer::layer_forward(Layer& L, Cache& c, float* x, int b, int s, Comm
   c.u.resize(static_cast<int64_t>(n) * fc1_local_), c.g.resize(static_cast<int64_t>(n) * ffn_local_);
   kernels::matmul_forward(c.u.data(), a_full.data(), L.fc1_w.value.data(), or_null(L.fc1_b), n, h, static_cast<int>(fc1_local_));
   if (m_.mlp == Mlp::kSwiGlu) kernels::swiglu_forward(c.g.data(), c.u.data(), n, static_cast<int>(ffn_local_));
+  else if (m_.mlp == Mlp::kSquaredRelu) kernels::relu2_forward(c.g.data(), c.u.data(), static_cast<long>(c.u.size()));
   else kernels::gelu_forward(c.g.data(), c.u.data(), static_cast<long>(c.u.size()));
   kernels::matmul_forward(y.data(), c.g.data(), L.fc2_w.value.data(), nullptr, n, static_cast<int>(ffn_local_), h);
   reduce_tokens(y_local.data(), y.data(), n, tp);
@@ -146,6 +148,7 @@ void Transformer::layer_backward(Layer& L, Cache& c, float* dx, int b, int s, Co
   gather_tokens(dy.data(), dx, n, tp);
   kernels::matmul_backward(dg.data(), L.fc2_w.grad.data(), grad_or_null(L.fc2_b), dy.data(), c.g.data(), L.fc2_w.value.data(), n, fl, h);
   if (m_.mlp == Mlp::kSwiGlu) kernels::swiglu_backward(du.data(), c.u.data(), dg.data(), n, fl);
+  else if (m_.mlp == Mlp::kSquaredRelu) kernels::relu2_backward(du.data(), c.u.data(), dg.data(), static_cast<long>(du.size()));
   else kernels::gelu_backward(du.data(), c.u.data(), dg.data(), static_cast<long>(du.size()));
   gather_tokens(a_full.data(), c.a2.data(), n, tp);  // SP keeps only this rank's tokens: gather again
   kernels::matmul_backward(da.data(), L.fc1_w.grad.data(), grad_or_null(L.fc1_b), du.data(), a_full.data(), L.fc1_w.value.data(), n, h, f1);
@@ -157,9 +160,10 @@ void Transformer::layer_backward(Layer& L, Cache& c, float* dx, int b, int s, Co
   kernels::matmul_backward(d_o.data(), L.proj_w.grad.data(), grad_or_null(L.proj_b), dy.data(), c.o.data(), L.proj_w.value.data(), n, ql, h);
   kernels::attention_backward(dq.data(), dk.data(), dv.data(), d_o.data(), c.q.data(), c.k.data(), c.v.data(), c.probs.data(),
                               {b, s, heads, kv_heads, hd});
+  const int rot = static_cast<int>(m_.rotary_dims);
   if (m_.positions == Positions::kRotary) {
-    kernels::rope_backward(dq.data(), b, s, heads, hd, rope_base_);
-    kernels::rope_backward(dk.data(), b, s, kv_heads, hd, rope_base_);
+    kernels::rope_backward(dq.data(), b, s, heads, hd, rot, rope_base_);
+    kernels::rope_backward(dk.data(), b, s, kv_heads, hd, rot, rope_base_);
   }
   Buffer dqkv(static_cast<int64_t>(n) * width);
   columns(dq.data(), dqkv.data(), n, width, 0, ql, true);

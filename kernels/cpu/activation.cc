@@ -27,6 +27,15 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, long n) {
   }
 }
 
+void relu2_forward(float* out, const float* inp, long n) {
+  for (long i = 0; i < n; ++i) out[i] = inp[i] > 0 ? inp[i] * inp[i] : 0.0f;
+}
+
+// d/dx max(x, 0)^2 = 2 max(x, 0).
+void relu2_backward(float* dinp, const float* inp, const float* dout, long n) {
+  for (long i = 0; i < n; ++i) dinp[i] += inp[i] > 0 ? 2.0f * inp[i] * dout[i] : 0.0f;
+}
+
 void swiglu_forward(float* out, const float* inp, int n, int f) {
   for (int i = 0; i < n; ++i) {
     const float* gate = inp + static_cast<long>(i) * 2 * f;

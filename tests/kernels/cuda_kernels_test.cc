@@ -146,14 +146,14 @@ TYPED_TEST(CudaLayerKernelTest, RopeForwardAndBackward) {
   const size_t n = static_cast<size_t>(b) * t * h * d;
   const Vec x = random_normal<T>(n, 41);
   Vec fwd = x;
-  rope_forward(fwd.data(), b, t, h, d, base);
+  rope_forward(fwd.data(), b, t, h, d, d, base);
   DeviceArray<T> x_dev(to_storage<T>(x));
   cuda::rope_forward(x_dev.get(), b, t, h, d, base);
   expect_close("rope forward", download_f32(x_dev), fwd, rtol<T>(16));
 
   const Vec g = random_normal<T>(n, 42);
   Vec bwd = g;
-  rope_backward(bwd.data(), b, t, h, d, base);
+  rope_backward(bwd.data(), b, t, h, d, d, base);
   DeviceArray<T> g_dev(to_storage<T>(g));
   cuda::rope_backward(g_dev.get(), b, t, h, d, base);
   expect_close("rope backward", download_f32(g_dev), bwd, rtol<T>(16));

@@ -107,6 +107,19 @@ TEST(RmsNorm, HandValuesAndGradients) {
   expect_gradient(w, dw, [&](const Vec& v) { return f(x, v); }, dout);
 }
 
+// relu2(-1.5) = 0, relu2(3) = 9; its gradient 2 max(x, 0) matches finite differences away from 0.
+TEST(Activations, SquaredRelu) {
+  const Vec pts = {-1.5f, 3.0f};
+  Vec y(2);
+  relu2_forward(y.data(), pts.data(), 2);
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_EQ(y[1], 9.0f);
+  const Vec x = {-0.7f, -0.2f, 0.3f, 0.9f, 1.4f}, dout = {0.5f, -1.0f, 2.0f, 0.25f, -0.75f};
+  Vec dx(5);
+  relu2_backward(dx.data(), x.data(), dout.data(), 5);
+  expect_gradient(x, dx, [](const Vec& v) { Vec o(v.size()); relu2_forward(o.data(), v.data(), long(v.size())); return o; }, dout);
+}
+
 // GELU (tanh form): gelu(0) = 0, gelu(1) = 0.5 (1 + tanh(0.79788 * 1.044715)) = 0.841192.
 TEST(Activations, GeluAndSwiglu) {
   const Vec pts = {0.0f, 1.0f};
@@ -155,13 +168,29 @@ TEST(Rope, PositionZeroIsIdentityAndBackwardIsTheInverse) {
   const int b = 1, t = 3, h = 2, d = 4;
   const Vec x = random(b * t * h * d, 20);
   Vec y = x;
-  rope_forward(y.data(), b, t, h, d, 10000.0f);
+  rope_forward(y.data(), b, t, h, d, d, 10000.0f);
   for (int i = 0; i < h * d; ++i) EXPECT_FLOAT_EQ(y[i], x[i]);
   // Position 1, pair (0, 2) rotates by 1 radian.
   const int base = h * d;
   EXPECT_NEAR(y[base + 0], x[base + 0] * std::cos(1.0f) - x[base + 2] * std::sin(1.0f), 1e-6);
-  rope_backward(y.data(), b, t, h, d, 10000.0f);
+  rope_backward(y.data(), b, t, h, d, d, 10000.0f);
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-5);
+}
+
+// Nemotron's partial rotary: with R = 4 of D = 8 dimensions, pair (i, i + 2) of the first four
+// rotates by t * base^(-2i/4); at position 1 and i = 0 that is 1 radian, at i = 1 it is
+// 10000^(-1/2) = 0.01 radian; dimensions 4..7 pass through.
+TEST(Rope, PartialRotaryRotatesOnlyTheLeadingDimensions) {
+  const int b = 1, t = 2, h = 1, d = 8, r = 4;
+  const Vec x = random(b * t * h * d, 23);
+  Vec y = x;
+  rope_forward(y.data(), b, t, h, d, r, 10000.0f);
+  const float* p = x.data() + d;  // position 1
+  EXPECT_NEAR(y[d + 0], p[0] * std::cos(1.0f) - p[2] * std::sin(1.0f), 1e-6);
+  EXPECT_NEAR(y[d + 1], p[1] * std::cos(0.01f) - p[3] * std::sin(0.01f), 1e-6);
+  for (int i = r; i < d; ++i) EXPECT_FLOAT_EQ(y[d + i], p[i]);
+  rope_backward(y.data(), b, t, h, d, r, 10000.0f);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-6);
 }
 
 TEST(Embedding, VocabShardsSumToTheFullTable) {

@@ -52,6 +52,26 @@ TEST(ModelSpec, Gpt13bHasTheParametersItsNameSays) {
   EXPECT_EQ(total_params(load("gpt-1.3b")), 1'315'723'264);
 }
 
+// Nemotron-4 15B (Parmar et al. 2024: 12.5B non-embedding and 3.2B embedding parameters): L 32,
+// h 6144, 48 heads of 128, 8 KV heads (kv_dim 1024), f 24576, V 256000, untied.
+//   attention 6144 * (2*6144 + 2*1024) = 88,080,384; squared-ReLU MLP 2 * 6144 * 24576 =
+//   301,989,888; two LayerNorms 4 * 6144 = 24,576: 390,094,848 per layer, x 32 = 12,483,035,136;
+//   embeddings 2 * 256000 * 6144 = 3,145,728,000; final LayerNorm 12,288: 15,628,775,424.
+TEST(ModelSpec, Nemotron15bHasItsPublishedParameters) {
+  nlohmann::json c = {{"model_type", "nemotron"}, {"hidden_size", 6144}, {"intermediate_size", 24576},
+                      {"num_hidden_layers", 32}, {"num_attention_heads", 48}, {"num_key_value_heads", 8},
+                      {"vocab_size", 256000}, {"max_position_embeddings", 4096}};
+  Result<ModelSpec> m = model_from_hf_config(c, "nemotron.json");
+  ASSERT_TRUE(m.ok()) << m.error();
+  EXPECT_EQ(total_params(*m), 15'628'775'424);
+  EXPECT_EQ(m->mlp, Mlp::kSquaredRelu);
+  EXPECT_EQ(m->norm, Norm::kLayerNorm);
+  EXPECT_EQ(m->rotary_dims, 64);  // partial_rotary_factor defaults to 0.5
+  c["hidden_act"] = "gelu";
+  EXPECT_EQ(model_from_hf_config(c, "n.json").error(),
+            "n.json: key 'hidden_act': 'gelu' is not supported for nemotron (only relu2)");
+}
+
 TEST(ModelSpec, ReadsArchitectureDetails) {
   const ModelSpec mix = load("mixtral-8x7b");
   EXPECT_EQ(mix.experts, 8);
@@ -90,7 +110,7 @@ TEST(ModelSpec, ErrorsNameTheKey) {
   EXPECT_EQ(error(R"({"model_type":"gpt2","n_embd":-8,"n_layer":1,"n_head":1,"vocab_size":1,"n_positions":1})"),
             "x.json: key 'n_embd': must be >= 1, got -8");
   EXPECT_EQ(error(R"({"model_type":"bert"})"),
-            "x.json: key 'model_type': unsupported 'bert' (supported: gpt2, llama, mistral, mixtral, qwen2)");
+            "x.json: key 'model_type': unsupported 'bert' (supported: gpt2, llama, mistral, mixtral, qwen2, nemotron)");
   EXPECT_EQ(error(R"({"hidden_size":8})"), "x.json: key 'model_type': missing (and no known entry in 'architectures')");
   EXPECT_EQ(error(R"({"model_type":"llama","hidden_size":64,"intermediate_size":1,"num_hidden_layers":1,
                      "num_attention_heads":8,"num_key_value_heads":3,"vocab_size":1,"max_position_embeddings":1})"),

@@ -121,6 +121,12 @@ TEST(Equivalence, ZeroBubbleH1) {
   for (int micro_batch : {1, 8}) expect_same_training("tiny-gpt-8l", {1, 8, 1, micro_batch, "zb-h1"});
 }
 
+// Nemotron: squared-ReLU MLP, partial rotary (half of each head), LayerNorm with GQA.
+TEST(Equivalence, Nemotron) {
+  expect_same_training("tiny-nemotron", {2, 1, 1, 2, "1f1b", 1, 0, "none", true});
+  expect_same_training("tiny-nemotron", {1, 2, 2, 1, "1f1b", 1, 1, "selective"});
+}
+
 TEST(Equivalence, Mixtures) {
   expect_same_training("tiny-gpt", {2, 1, 2, 1});
   expect_same_training("tiny-llama", {2, 1, 2, 2});
