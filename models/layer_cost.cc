@@ -81,11 +81,18 @@ double model_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_
   return per_token * d(seq_len) * d(global_batch);
 }
 
+int64_t ops_recomputed_matmul_weights(const ModelSpec& m) {
+  const int64_t up = m.gated_mlp() ? m.experts_per_token * m.hidden * m.ffn_hidden : 0;
+  return m.hidden * m.kv_dim() + m.q_dim() * m.hidden + up;
+}
+
 double hardware_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch,
-                               Recompute recompute) {
+                               Recompute recompute, SelectiveRecompute selective) {
   double extra_per_token = 0;
   if (recompute == Recompute::kFull) extra_per_token = layer_flops_per_token(m, seq_len).forward;
-  if (recompute == Recompute::kSelective) extra_per_token = attention_core_flops_per_token(m, seq_len);
+  if (recompute == Recompute::kSelective)
+    extra_per_token = selective == SelectiveRecompute::kOps ? 2.0 * d(ops_recomputed_matmul_weights(m))
+                                                            : attention_core_flops_per_token(m, seq_len);
   return model_flops_per_step(m, seq_len, global_batch) +
          d(m.layers) * extra_per_token * d(seq_len) * d(global_batch);
 }
@@ -111,14 +118,29 @@ std::vector<Gemm> layer_gemms(const ModelSpec& m, int64_t seq_len, int64_t micro
 }
 
 double layer_elementwise_bytes_per_token(const ModelSpec& m, int64_t seq_len, int64_t tp,
-                                         bool sequence_parallel, AttentionKernel kernel) {
+                                         bool sequence_parallel, AttentionKernel kernel, KernelFusion fusion) {
   const double h = d(m.hidden), t = d(tp), rep = sequence_parallel ? t : 1.0;
-  const double routed = d(m.experts_per_token);
-  double replicated = 8 * h + 12 * h;  // 2 norms (r 2h, w 2h); 2 residual adds (r 4h, w 2h)
+  const double routed = d(m.experts_per_token), qk = d(m.q_dim() + m.kv_dim());
+  const bool eager = fusion == KernelFusion::kEager;
+  // A fused norm reads 2h and writes 2h. Eager RMSNorm, x.float() * rsqrt(x.float().pow(2).mean()
+  // + eps) cast back and times the weight: upcast r 2h w 4h, pow r 4h w 4h, mean r 4h, multiply
+  // r 4h w 4h, cast r 4h w 2h, weight r 2h w 2h = 36h. PyTorch's LayerNorm is one kernel either way.
+  const double norm = eager && m.norm == Norm::kRmsNorm ? 36 * h : 4 * h;
+  double replicated = 2 * norm + 12 * h;  // 2 norms; 2 residual adds (r 4h, w 2h)
   if (m.dropout) replicated += 10 * h;  // 2 hidden dropouts: r 2h, w 2h, mask h
-  double parallel = routed * (m.mlp == Mlp::kSwiGlu ? 6.0 * d(m.ffn_hidden)   // r 4f, w 2f
-                                                    : 4.0 * d(m.ffn_hidden));  // r 2f, w 2f
-  if (m.positions == Positions::kRotary) parallel += 4.0 * d(m.q_dim() + m.kv_dim());
+  // SwiGLU fused: r 4f, w 2f; eager silu (r 2f, w 2f) then multiply (r 4f, w 2f): 10f. GELU and
+  // squared ReLU: r 2f, w 2f.
+  const double f = d(m.ffn_hidden);
+  double parallel = routed * (m.gated_mlp() ? (eager ? 10.0 : 6.0) * f : 4.0 * f);
+  // Rotary on q and k: fused r 2, w 2 per element; eager through complex fp32 — upcast r 2 w 4,
+  // complex multiply r 4 w 4, cast back r 4 w 2 — 20 per element.
+  if (m.positions == Positions::kRotary) parallel += (eager ? 20.0 : 4.0) * qk;
+  if (eager) {
+    // repeat_kv copies K and V to every query head (r 2kv, w 2q each) under GQA; the attention
+    // output is transposed back by a copy (r 2q, w 2q).
+    if (m.kv_heads != m.heads) parallel += 2 * (2 * d(m.kv_dim()) + 2 * d(m.q_dim()));
+    parallel += 4 * d(m.q_dim());
+  }
   if (kernel == AttentionKernel::kMaterialized) {
     const double scores = d(m.heads) * d(seq_len);  // a*s scores per token
     parallel += 4 * scores;                         // fused scale-mask-softmax: r 2, w 2
@@ -133,6 +155,16 @@ LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOpti
   LayerActivations a;
   if (o.recompute == Recompute::kFull) {
     a.attention = 2 * h / rep * tokens;  // only the layer's input survives; counted here
+    return a;
+  }
+  if (o.recompute == Recompute::kSelective && o.selective == SelectiveRecompute::kOps) {
+    // Op-level policy: the layer input (2h), the saved matmul outputs Q (2q), V (2kv), gate or FC1
+    // (2f per routed expert) and down projection (2h, before TP's reduction), and the attention
+    // kernel's output (2q) with its fp32 log-sum-exp (4 per head).
+    const double f = d(m.ffn_hidden), routed = d(m.experts_per_token);
+    a.norms = 2 * h / rep * tokens;
+    a.attention = (2 * d(m.q_dim()) + 2 * d(m.kv_dim()) + 2 * d(m.q_dim()) + 4 * d(m.heads)) / t * tokens;
+    a.mlp = (routed * 2 * f / t + 2 * h) * tokens;
     return a;
   }
   const double mask = m.dropout ? 1.0 : 0.0;

@@ -23,6 +23,16 @@ enum class Precision { kFp32, kBf16, kFp16 };
 // materialized: the s x s scores are written to memory (softmax, dropout as separate kernels), as in
 // Megatron-LM 2022; flash: one fused kernel keeps only the log-sum-exp and skips masked blocks.
 enum class AttentionKernel { kMaterialized, kFlash };
+// fused: each norm, activation and rotary embedding is one kernel (Megatron / Transformer Engine,
+// or torch.compile); eager: PyTorch eager ops as Llama reference code writes them (torchtitan's
+// model): RMSNorm in fp32 over five ops, rotary through complex fp32, SwiGLU as two kernels,
+// GQA's repeat_kv and the attention output's transpose as copies.
+enum class KernelFusion { kFused, kEager };
+// What `selective` recompute re-runs: Megatron's attention core (Korthikanti et al.: softmax,
+// dropout and the two attention GEMMs), or torchtitan's op-level policy (selective_ac_option
+// 'op': the outputs of matmuls are saved except every second one, and the attention kernel's; the
+// rest re-runs — for Llama the K, O and up projections and every elementwise op).
+enum class SelectiveRecompute { kAttentionCore, kOps };
 
 // Parameters of one transformer layer, split by how tensor parallelism treats them.
 struct LayerParams {
@@ -61,9 +71,15 @@ PassFlops logits_flops_per_token(const ModelSpec& m);
 // Model FLOPs of one step (no recompute): 3 x forward over all layers and the logits.
 double model_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch);
 // Hardware FLOPs: model FLOPs plus what recomputation re-executes (one forward of every layer for
-// full recompute; the attention core's forward for selective).
+// full recompute; for selective the attention core's forward, or with the op-level policy the
+// recomputed matmuls).
 double hardware_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch,
-                               Recompute recompute);
+                               Recompute recompute,
+                               SelectiveRecompute selective = SelectiveRecompute::kAttentionCore);
+// Weights of the matmuls the op-level policy re-runs, per layer: every second matmul in call order
+// (Q, K, V, O, then gate, up, down or FC1, FC2) is recomputed up to the last one whose output the
+// backward needs: K and O, and up for a gated MLP.
+int64_t ops_recomputed_matmul_weights(const ModelSpec& m);
 
 // One GEMM of a layer's forward pass on one TP rank: `batch` independent M x N x K products.
 struct Gemm {
@@ -86,7 +102,8 @@ std::vector<Gemm> layer_gemms(const ModelSpec& m, int64_t seq_len, int64_t micro
 // dropout, and for materialized attention the softmax over scores) of one layer's forward, per
 // token, per TP rank. Backward kernels move about 1.5 x as much (estimate.cc).
 double layer_elementwise_bytes_per_token(const ModelSpec& m, int64_t seq_len, int64_t tp,
-                                         bool sequence_parallel, AttentionKernel kernel);
+                                         bool sequence_parallel, AttentionKernel kernel,
+                                         KernelFusion fusion = KernelFusion::kFused);
 
 struct ActivationOptions {
   int64_t seq_len = 0;
@@ -95,6 +112,7 @@ struct ActivationOptions {
   bool sequence_parallel = false;
   Recompute recompute = Recompute::kNone;
   AttentionKernel attention = AttentionKernel::kMaterialized;
+  SelectiveRecompute selective = SelectiveRecompute::kAttentionCore;
 };
 
 // Activation bytes one layer keeps per micro-batch on one GPU until its backward.

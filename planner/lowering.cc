@@ -67,17 +67,18 @@ class Lowerer {
         continue;
       }
       const double dur = costs_.duration_s(op, s);
+      const float share = static_cast<float>(costs_.sm_share(op));
       const StreamId stream = streams_[s][static_cast<int>(op.stream)];
       double done = 0;
       for (; cut != at.end() && cut->first == static_cast<int32_t>(i); ++cut) {  // pieces up to each cut, then the rest
         const double f = cut->second;
         if (f <= done) continue;
-        const TaskId t = out_.graph.add_task(stream, dur * (f - done), static_cast<int32_t>(i));
+        const TaskId t = out_.graph.add_task(stream, dur * (f - done), static_cast<int32_t>(i), share);
         if (first[i] < 0) first[i] = t;
         pieces.push_back({static_cast<int32_t>(i), {f, t}});
         done = f;
       }
-      last[i] = out_.graph.add_task(stream, dur * (1 - done) + out_.folded_tail_s(s, i), static_cast<int32_t>(i));
+      last[i] = out_.graph.add_task(stream, dur * (1 - done) + out_.folded_tail_s(s, i), static_cast<int32_t>(i), share);
       if (first[i] < 0) first[i] = last[i];
       if (op.type == ProgramOpType::kSend) register_transfer(op, s, last[i]);
     }

@@ -48,7 +48,7 @@ MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage
   }
 
   const ActivationOptions ao{plan.seq_len, plan.micro_batch, plan.tp, plan.sequence_parallel,
-                             plan.recompute, plan.execution.attention};
+                             plan.recompute, plan.execution.attention, plan.execution.selective};
   const int64_t mbs = plan.micro_batches();
   const double per_layer = layer_activation_bytes(m, ao).total();
   const int64_t passes =

@@ -14,7 +14,10 @@ ModelStateBytesPerParam bytes_per_param(Precision p, bool fp32_gradients) {
 }
 
 ModelStateBytesPerParam bytes_per_param(const Plan& plan) {
-  return bytes_per_param(plan.precision, plan.execution.fp32_gradients);
+  ModelStateBytesPerParam b = bytes_per_param(plan.precision, plan.execution.fp32_gradients);
+  // bf16 optimizer states (Apex DistributedFusedAdam dtype=bf16): main copy, m and v at 2 bytes.
+  if (plan.execution.bf16_optimizer_states && plan.precision != Precision::kFp32) b.optimizer = 6;
+  return b;
 }
 
 double boundary_tensor_bytes(const ModelSpec& m, const Plan& plan) {

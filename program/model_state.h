@@ -17,7 +17,7 @@ struct ModelStateBytesPerParam {
 // gradients (`fp32_gradients`: 4-byte gradients, accumulated and reduced in fp32), fp32 master
 // weights + Adam m and v (12). fp32: weights, gradients, m, v at 4 bytes each.
 ModelStateBytesPerParam bytes_per_param(Precision p, bool fp32_gradients);
-// The plan's precision and execution.fp32_gradients.
+// The plan's precision, execution.fp32_gradients and execution.bf16_optimizer_states.
 ModelStateBytesPerParam bytes_per_param(const Plan& plan);
 
 // Bytes of one activation element: 4 in fp32, else 2 (bf16/fp16).

@@ -1,6 +1,7 @@
 #include "program/plan.h"
 
 #include "models/json_fields.h"
+#include "program/framework.h"
 
 namespace parallax {
 
@@ -20,6 +21,9 @@ const std::pair<const char*, Precision> kPrecisions[] = {
     {"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}};
 const std::pair<const char*, AttentionKernel> kKernels[] = {
     {"flash", AttentionKernel::kFlash}, {"materialized", AttentionKernel::kMaterialized}};
+const std::pair<const char*, KernelFusion> kFusions[] = {{"fused", KernelFusion::kFused}, {"eager", KernelFusion::kEager}};
+const std::pair<const char*, SelectiveRecompute> kSelectives[] = {
+    {"attention-core", SelectiveRecompute::kAttentionCore}, {"ops", SelectiveRecompute::kOps}};
 
 template <class E, size_t N>
 const char* enum_name(E value, const std::pair<const char*, E> (&table)[N]) {
@@ -33,6 +37,8 @@ const char* schedule_name(Schedule s) { return enum_name(s, kSchedules); }
 const char* recompute_name(Recompute r) { return enum_name(r, kRecomputes); }
 const char* precision_name(Precision p) { return enum_name(p, kPrecisions); }
 const char* attention_name(AttentionKernel k) { return enum_name(k, kKernels); }
+const char* kernels_name(KernelFusion k) { return enum_name(k, kFusions); }
+const char* selective_name(SelectiveRecompute s) { return enum_name(s, kSelectives); }
 std::optional<Schedule> parse_schedule(const std::string& s) { return parse_enum(s, kSchedules); }
 std::optional<Recompute> parse_recompute(const std::string& s) { return parse_enum(s, kRecomputes); }
 std::optional<Precision> parse_precision(const std::string& s) { return parse_enum(s, kPrecisions); }
@@ -155,11 +161,14 @@ nlohmann::json plan_to_json(const Plan& p) {
           {"precision", precision_name(p.precision)}, {"offload", p.offload},
           {"tp_across_nodes", p.tp_across_nodes},
           {"execution",
-           {{"attention", attention_name(e.attention)}, {"overlap_grad_reduce", e.overlap_grad_reduce},
+           {{"framework", e.framework}, {"attention", attention_name(e.attention)},
+            {"kernels", kernels_name(e.kernels)}, {"selective", selective_name(e.selective)},
+            {"overlap_grad_reduce", e.overlap_grad_reduce},
             {"overlap_p2p", e.overlap_p2p},
             {"dp_bucket_mib", e.dp_bucket_mib}, {"allocator_margin", e.allocator_margin},
             {"microbatch_overhead_us", e.microbatch_overhead_us},
-            {"step_overhead_us", e.step_overhead_us}, {"fp32_gradients", e.fp32_gradients}}}};
+            {"step_overhead_us", e.step_overhead_us}, {"fp32_gradients", e.fp32_gradients},
+            {"bf16_optimizer_states", e.bf16_optimizer_states}}}};
 }
 
 namespace {
@@ -174,12 +183,22 @@ E read_enum(JsonFields& f, const char* key, std::optional<E> (*parse)(const std:
 }
 
 std::optional<AttentionKernel> parse_kernel(const std::string& s) { return parse_enum(s, kKernels); }
+std::optional<KernelFusion> parse_fusion(const std::string& s) { return parse_enum(s, kFusions); }
+std::optional<SelectiveRecompute> parse_selective(const std::string& s) { return parse_enum(s, kSelectives); }
 
 // Returns the first problem as one line, or "".
 std::string read_execution(const nlohmann::json& j, const std::string& where, Execution& e) {
   JsonFields f(j, where + ": execution");
+  if (std::optional<std::string> name = f.optional_string("framework"); name && !name->empty()) {
+    Result<FrameworkProfile> profile = framework_profile(*name);
+    if (!profile.ok()) f.fail("framework", profile.error());
+    else e = profile->execution;
+  }
   if (f.has("attention"))
     e.attention = read_enum(f, "attention", parse_kernel, "flash|materialized", e.attention);
+  if (f.has("kernels")) e.kernels = read_enum(f, "kernels", parse_fusion, "fused|eager", e.kernels);
+  if (f.has("selective"))
+    e.selective = read_enum(f, "selective", parse_selective, "attention-core|ops", e.selective);
   e.overlap_grad_reduce = f.optional_bool("overlap_grad_reduce", e.overlap_grad_reduce);
   e.overlap_p2p = f.optional_bool("overlap_p2p", e.overlap_p2p);
   e.dp_bucket_mib = f.optional_number("dp_bucket_mib").value_or(e.dp_bucket_mib);
@@ -187,6 +206,7 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   e.microbatch_overhead_us = f.optional_number("microbatch_overhead_us", true).value_or(e.microbatch_overhead_us);
   e.step_overhead_us = f.optional_number("step_overhead_us", true).value_or(e.step_overhead_us);
   e.fp32_gradients = f.optional_bool("fp32_gradients", e.fp32_gradients);
+  e.bf16_optimizer_states = f.optional_bool("bf16_optimizer_states", e.bf16_optimizer_states);
   // Bounds that keep every derived byte count and time finite.
   if (f.ok() && e.dp_bucket_mib > 1e6) f.fail("dp_bucket_mib", "must be <= 1e6");
   if (f.ok() && e.allocator_margin > 1) f.fail("allocator_margin", "is a fraction and must be <= 1");

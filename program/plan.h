@@ -21,7 +21,10 @@ enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
 
 // Software choices that change time or memory but not the math. Defaults follow Megatron-Core.
 struct Execution {
+  std::string framework;  // the profile these settings came from (framework.h); "" = Parallax's defaults
   AttentionKernel attention = AttentionKernel::kFlash;
+  KernelFusion kernels = KernelFusion::kFused;
+  SelectiveRecompute selective = SelectiveRecompute::kAttentionCore;
   bool overlap_grad_reduce = false;   // Megatron-Core --overlap-grad-reduce (off by default)
   bool overlap_p2p = false;           // pipeline sends run beside compute (else the sender waits)
   double dp_bucket_mib = 40.0;        // gradient bucket for DP reduction
@@ -31,6 +34,9 @@ struct Execution {
   // With bf16/fp16: gradients accumulated and DP-reduced in fp32 (4 bytes, not 2), as Megatron-LM's
   // --accumulate-allreduce-grads-in-fp32 (its default for bf16) and Parallax's GPU runtime do.
   bool fp32_gradients = false;
+  // The optimizer's main weight copy and Adam m, v in bf16 (6 bytes per parameter, not 12), as
+  // NeMo's distributed_fused_adam with optim.dtype bf16 keeps them.
+  bool bf16_optimizer_states = false;
 };
 
 struct Plan {
@@ -58,6 +64,8 @@ const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);
 const char* precision_name(Precision p);
 const char* attention_name(AttentionKernel k);
+const char* kernels_name(KernelFusion k);
+const char* selective_name(SelectiveRecompute s);
 std::optional<Schedule> parse_schedule(const std::string& s);
 std::optional<Recompute> parse_recompute(const std::string& s);
 std::optional<Precision> parse_precision(const std::string& s);
@@ -96,6 +104,8 @@ Status check_plan(const Plan& plan, const ModelSpec& model, int64_t gpus_per_nod
 
 nlohmann::json plan_to_json(const Plan& plan);
 // Reads the JSON of plan_to_json; `execution` and keys with documented defaults may be absent.
+// `execution.framework` names a profile (framework.h) whose settings the other execution keys
+// override.
 Result<Plan> plan_from_json(const nlohmann::json& j, const std::string& where);
 Result<Plan> load_plan(const std::string& path);
 

@@ -281,7 +281,7 @@ StepProgram build_step_program(const ModelSpec& m, const Plan& plan) {
   StepProgram prog{plan, RankGrid(plan), {}, plan.layers_per_chunk(m.layers), 0, 0};
   prog.boundary_bytes = boundary_tensor_bytes(m, plan) / d(plan.tp);  // Megatron's scatter-gather: 1/t per TP rank
   const ActivationOptions ao{plan.seq_len, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute,
-                             plan.execution.attention};
+                             plan.execution.attention, plan.execution.selective};
   prog.activation_bytes_per_pass = d(prog.layers_per_chunk) * layer_activation_bytes(m, ao).total();
   std::vector<std::vector<PipelineOp>> schedule =
       pipeline_ops(plan.schedule, plan.pp, plan.micro_batches(), plan.virtual_stages);

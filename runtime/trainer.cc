@@ -21,6 +21,8 @@ Status check_runtime_support(const ModelSpec& m, const Plan& p) {
   if (p.pp > 1 && 2 * p.micro_batches() * p.pp * p.virtual_stages > 32767)
     return Error{"too many micro-batches x stages for MPI tags (at most 32767 transfers per step)"};
   if (p.offload) return no("offload");
+  if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
+    return no(std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)");
   return Status::Ok();
 }
 

@@ -57,6 +57,7 @@ Status read_node(const nlohmann::json& j, const std::string& where, NodeSpec& n)
   n.gpus = f.required_int("gpus");
   n.busbw_gbps = f.required_number("busbw_gbps");
   n.latency_us = f.required_number("latency_us", /*allow_zero=*/true);
+  n.nccl_sms = f.optional_int("nccl_sms", 0).value_or(0);
   require_source(f);
   f.reject_unknown_keys({"source"});
   if (!f.ok()) return Error{f.error()};
@@ -72,6 +73,7 @@ Status read_network(const nlohmann::json& j, const std::string& where, NetworkSp
   n.oversubscription = f.optional_number("oversubscription").value_or(1.0);
   if (f.ok() && n.oversubscription < 1.0) f.fail("oversubscription", "must be >= 1 (1 = non-blocking)");
   n.nodes_per_leaf = f.required_int("nodes_per_leaf");
+  n.nccl_sms = f.optional_int("nccl_sms", 0).value_or(0);
   require_source(f);
   f.reject_unknown_keys({"source"});
   if (!f.ok()) return Error{f.error()};

@@ -43,6 +43,7 @@ struct NodeSpec {
   int64_t gpus = 0;
   double busbw_gbps = 0;  // intra-node collective bus bandwidth (nccl-tests busbw, ring)
   double latency_us = 0;  // per ring step
+  int64_t nccl_sms = 0;   // SMs an intra-node collective holds (NCCL CTAs, one per channel); 0: not modelled
 };
 
 struct NetworkSpec {
@@ -51,6 +52,7 @@ struct NetworkSpec {
   std::string topology;        // "fat-tree"
   double oversubscription = 1; // >1: traffic leaving a leaf switch shares less bandwidth
   int64_t nodes_per_leaf = 0;  // nodes under one leaf switch
+  int64_t nccl_sms = 0;        // SMs a collective across nodes holds; 0: not modelled
 };
 
 struct HostSpec {

@@ -20,6 +20,7 @@ LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g) {
   if (g.nodes <= 1) {
     link.busbw_Bps = c.node.busbw_gbps * 1e9;
     link.latency_s = c.node.latency_us * 1e-6;
+    link.sms = c.node.nccl_sms;
     return link;
   }
   double bw = std::min(c.node.busbw_gbps, static_cast<double>(g.ranks_per_node) * c.network.bw_per_gpu_gbps);
@@ -27,6 +28,7 @@ LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g) {
   link.busbw_Bps = bw * 1e9;
   link.latency_s = c.network.latency_us * 1e-6;
   link.crosses_nodes = true;
+  link.sms = c.network.nccl_sms;
   return link;
 }
 

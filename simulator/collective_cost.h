@@ -29,6 +29,7 @@ struct LinkTier {
   double busbw_Bps = 0;  // bytes per second
   double latency_s = 0;  // per ring step
   bool crosses_nodes = false;
+  int64_t sms = 0;  // SMs a collective on this link holds on each GPU (cluster nccl_sms)
 };
 LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g);
 

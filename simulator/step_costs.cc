@@ -16,7 +16,17 @@ constexpr double kBackwardElementwise = 1.5;
 struct GemmTimes {
   double fwd_s = 0, dgrad_s = 0, wgrad_s = 0;  // the weight GEMMs
   double core_s = 0, core_bwd_s = 0;            // the attention core
+  double ops_recompute_s = 0;  // the forward GEMMs the op-level selective policy re-runs
 };
+
+// The share of a forward GEMM's time the op-level policy re-runs (ops_recomputed_matmul_weights):
+// the K columns of the fused QKV, all of O, and the up half of a gated FC1.
+double ops_recomputed_share(const ModelSpec& m, std::string_view gemm) {
+  if (gemm == "qkv") return static_cast<double>(m.kv_dim()) / static_cast<double>(m.q_dim() + 2 * m.kv_dim());
+  if (gemm == "proj") return 1.0;
+  if (gemm == "fc1") return m.gated_mlp() ? 0.5 : 0.0;
+  return 0.0;
+}
 
 // Forward, input-gradient and weight-gradient GEMMs each have their own shape (and so their own
 // wave quantization); the attention core's two backward products are both input gradients.
@@ -29,6 +39,7 @@ GemmTimes gemm_times(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
     const double fwd = gemm_time_s(c.gpu, prec, g), dx = gemm_time_s(c.gpu, prec, input_gradient_gemm(g)),
                  dw = gemm_time_s(c.gpu, prec, weight_gradient_gemm(g));
     if (!is_core) {
+      t.ops_recompute_s += ops_recomputed_share(m, g.name) * fwd;
       t.fwd_s += fwd;
       t.dgrad_s += dx;
       t.wgrad_s += dw;
@@ -58,7 +69,8 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
 
   const GemmTimes gt = gemm_times(m, c, plan);
   auto elementwise_time = [&](AttentionKernel kernel) {
-    const double bytes = layer_elementwise_bytes_per_token(m, plan.seq_len, plan.tp, plan.sequence_parallel, kernel);
+    const double bytes = layer_elementwise_bytes_per_token(m, plan.seq_len, plan.tp, plan.sequence_parallel, kernel,
+                                                           plan.execution.kernels);
     return memory_time_s(gpu, bytes * tokens * activation_element_bytes(prec) / 2.0);
   };
   const double elementwise_s = elementwise_time(plan.execution.attention);
@@ -86,6 +98,14 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
     t.backward_input_s += t.forward_s;
     t.tp_comm_s += 2 * one_ar_s;
     t.tp_backward_input_s += 2 * one_ar_s;
+  } else if (plan.recompute == Recompute::kSelective && plan.execution.selective == SelectiveRecompute::kOps) {
+    // Every elementwise op, the K, O and up GEMMs, and the forward's TP collectives but the saved
+    // reduce-scatters (with SP: the two all-gathers; without: the two all-reduces) re-run.
+    const double fwd_tp_s = plan.sequence_parallel ? 2 * collective_time_s(Collective::kAllGather, tp_msg, plan.tp, link)
+                                                   : 2 * one_ar_s;
+    t.backward_input_s += elementwise_s + gt.ops_recompute_s + fwd_tp_s;
+    t.tp_comm_s += fwd_tp_s;
+    t.tp_backward_input_s += fwd_tp_s;
   } else if (plan.recompute == Recompute::kSelective) {
     t.backward_input_s += core_s + scores_s;
   }
@@ -129,7 +149,11 @@ double optimizer_step_s(const ClusterSpec& c, const Plan& plan, double stage_par
   const double local = stage_params / (plan.zero >= 1 ? d(plan.dp) : 1.0);
   const ModelStateBytesPerParam bpp = bytes_per_param(plan);
   // fp32 has no master copy to cast from: norm (g), Adam (g + 12 read, 12 written), zero (g).
-  const double bytes_per_param = plan.precision == Precision::kFp32 ? 3 * bpp.gradients + 24 : 4 * bpp.gradients + 30;
+  // Mixed precision adds the cast to 16-bit weights: read 4 write 2 (bf16 states: a copy, 2 + 2),
+  // and Adam reads and writes K = bpp.optimizer bytes: 4g + 2K + 6 (bf16 states: 4g + 2K + 4).
+  const double cast = plan.execution.bf16_optimizer_states ? 4 : 6;
+  const double bytes_per_param = plan.precision == Precision::kFp32 ? 3 * bpp.gradients + 24
+                                                                    : 4 * bpp.gradients + 2 * bpp.optimizer + cast;
   if (!plan.offload) return local * bytes_per_param / (c.gpu.hbm_gbps * 1e9 * c.gpu.optimizer_efficiency);
   const double host_bw = c.host.memory_gbps * 1e9 / d(c.node.gpus);
   return local * bytes_per_param / host_bw + local * (bpp.gradients + bpp.weights) / (c.host.pcie_gbps * 1e9);
@@ -184,6 +208,13 @@ double OpCosts::tp_s(const ProgramOp& op) const {
     case OpKind::kWeight: return layers_ * layer_.tp_backward_weight_s;
   }
   return 0;
+}
+
+double OpCosts::sm_share(const ProgramOp& op) const {
+  if (op.type != ProgramOpType::kCollective || c_.gpu.sm_count <= 0) return 0;
+  const int g = static_cast<int>(op.group);
+  if (group_size_[g] <= 1) return 0;
+  return std::min(1.0, d(link_[g].sms) / d(c_.gpu.sm_count));
 }
 
 double OpCosts::duration_s(const ProgramOp& op, int64_t stage) const {

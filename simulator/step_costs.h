@@ -46,7 +46,7 @@ P2pCost pipeline_transfer(const ModelSpec& m, const ClusterSpec& c, const Plan& 
 // passes over the local shard — overflow check and gradient norm (read g each), Adam (read g, read
 // and write fp32 master, m, v), cast to 16-bit weights (read 4, write 2), zero the gradients
 // (write g): 4g + 30 bytes per parameter, g the gradient bytes (2, or 4 with fp32_gradients; fp32:
-// no cast, 3g + 24) — at the optimizer efficiency of HBM bandwidth on the GPU, or (offload) on the
+// no cast, 3g + 24; bf16 optimizer states: 4g + 16) — at the optimizer efficiency of HBM bandwidth on the GPU, or (offload) on the
 // host plus the PCIe copies of gradients down and weights up.
 double optimizer_step_s(const ClusterSpec& c, const Plan& plan, double stage_params);
 
@@ -61,6 +61,9 @@ class OpCosts {
   // Compute ops include their TP collectives and fixed per-micro-batch cost; a send or receive is
   // the transfer; the optimizer includes the fixed per-step cost.
   double duration_s(const ProgramOp& op, int64_t stage) const;
+  // The share of the GPU's SMs a DP/ZeRO or embedding collective holds while it runs (its NCCL
+  // CTAs), by which it slows the compute beside it; 0 for other ops.
+  double sm_share(const ProgramOp& op) const;
   // The TP collective time inside a compute op (part of its duration).
   double tp_s(const ProgramOp& op) const;
   const LayerTiming& layer() const { return layer_; }

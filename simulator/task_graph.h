@@ -21,7 +21,9 @@ class TaskGraph {
   StreamId add_stream(int32_t rank, StreamKind kind);
   // Appends a task to `stream`'s program order.
   // `tag`: what the task stands for, for whoever built the graph (lowering: the op's index).
-  TaskId add_task(StreamId stream, double duration_s, int32_t tag = -1);
+  // `sm_share`: the fraction of the rank's SMs the task occupies while it runs (a collective's
+  // NCCL CTAs); the rank's compute stream runs that much slower meanwhile (engine.h).
+  TaskId add_task(StreamId stream, double duration_s, int32_t tag = -1, float sm_share = 0);
   // `after` starts no earlier than `before` finishes.
   void add_dependency(TaskId before, TaskId after);
   void reserve(size_t tasks, size_t dependencies);
@@ -30,6 +32,7 @@ class TaskGraph {
   size_t stream_count() const { return stream_rank_.size(); }
   double duration_s(TaskId t) const { return duration_s_[t]; }
   int32_t tag(TaskId t) const { return tag_[t]; }
+  float sm_share(TaskId t) const { return sm_share_[t]; }
   StreamId stream(TaskId t) const { return stream_[t]; }
   int32_t stream_rank(StreamId s) const { return stream_rank_[s]; }
   StreamKind stream_kind(StreamId s) const { return stream_kind_[s]; }
@@ -38,6 +41,7 @@ class TaskGraph {
  private:
   std::vector<double> duration_s_;
   std::vector<int32_t> tag_;
+  std::vector<float> sm_share_;
   std::vector<StreamId> stream_;
   std::vector<int32_t> stream_rank_;
   std::vector<StreamKind> stream_kind_;

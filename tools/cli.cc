@@ -7,6 +7,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "program/framework.h"
+
 namespace parallax::cli {
 
 namespace {
@@ -64,6 +66,39 @@ Schedule parse_schedule_or_fail(const std::string& text) {
 Recompute parse_recompute_or_fail(const std::string& text) {
   if (auto r = parse_recompute(text)) return *r;
   fail("--recompute: unknown '" + text + "' (expected none|selective|full)");
+}
+
+void add_execution_flags(CLI::App& app, ExecutionFlags& f) {
+  std::string names;
+  for (const std::string& n : framework_names()) names += (names.empty() ? "" : "|") + n;
+  app.add_option("--framework", f.framework, "price the plan as this framework runs it: " + names);
+  app.add_flag("--compile", f.compile, "torch.compile: elementwise kernels fused (fsdp, torchtitan)");
+  app.add_flag("--overlap-grad-reduce", f.overlap_grad_reduce, "overlap DP gradient reduction with backward");
+  app.add_flag("--fp32-gradients", f.fp32_gradients, "bf16/fp16: accumulate and DP-reduce gradients in fp32");
+}
+
+Execution execution_or_fail(const ExecutionFlags& f) {
+  Execution e;
+  if (!f.framework.empty()) e = value_or_fail(framework_profile(f.framework)).execution;
+  if (f.compile) e.kernels = KernelFusion::kFused;
+  if (f.overlap_grad_reduce) e.overlap_grad_reduce = true;
+  if (f.fp32_gradients) e.fp32_gradients = true;
+  return e;
+}
+
+std::string describe_execution(const Execution& e) {
+  return "framework " + (e.framework.empty() ? std::string("parallax defaults") : e.framework) + ": attention " +
+         attention_name(e.attention) + ", kernels " + kernels_name(e.kernels) + ", selective " +
+         selective_name(e.selective) + (e.fp32_gradients ? ", fp32 gradients" : "") +
+         (e.overlap_grad_reduce ? ", DP reduction overlapped" : "");
+}
+
+nlohmann::json framework_json(const Execution& e) {
+  if (e.framework.empty()) return nullptr;
+  const FrameworkProfile p = value_or_fail(framework_profile(e.framework));
+  nlohmann::json settings = nlohmann::json::array();
+  for (const FrameworkSetting& s : p.settings) settings.push_back({{"key", s.key}, {"value", s.value}, {"source", s.source}});
+  return {{"name", p.name}, {"description", p.description}, {"settings", settings}};
 }
 
 void require_format(const std::string& format, const std::vector<std::string>& allowed) {

@@ -40,6 +40,20 @@ Schedule parse_schedule_or_fail(const std::string& text);
 Recompute parse_recompute_or_fail(const std::string& text);
 void require_format(const std::string& format, const std::vector<std::string>& allowed);
 
+// The execution flags simulate and planner share: --framework NAME (a profile, framework.h),
+// --compile (torch.compile: fused kernels), --overlap-grad-reduce, --fp32-gradients.
+struct ExecutionFlags {
+  std::string framework;
+  bool compile = false, overlap_grad_reduce = false, fp32_gradients = false;
+};
+void add_execution_flags(CLI::App& app, ExecutionFlags& f);
+// The profile's settings (Parallax's defaults without --framework) with the flags given applied.
+Execution execution_or_fail(const ExecutionFlags& f);
+// One line for tables: "framework torchtitan: kernels eager, selective ops, fp32 gradients".
+std::string describe_execution(const Execution& e);
+// {"name", "description", "settings": [{key, value, source}]} of the plan's profile, or null.
+nlohmann::json framework_json(const Execution& e);
+
 // A plain text table: left-aligned first column, right-aligned numbers.
 std::string render_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
 std::string fixed(double value, int decimals);

@@ -17,8 +17,7 @@ struct Options {
   std::string model, cluster = "dgx-h100", format = "table", emit, precision = "bf16";
   int64_t gpus = 0, global_batch = 0, seq_len = 0, top = 10, rank = 1;
   int threads = 0;
-  bool overlap_grad_reduce = false;
-  bool fp32_gradients = false;
+  cli::ExecutionFlags execution;
 };
 
 std::string schedule_cell(const Plan& p) {
@@ -85,6 +84,7 @@ void print(const Options& o, const ModelSpec& m, const ClusterSpec& c, const Sea
     j["global_batch"] = so.global_batch;
     j["precision"] = precision_name(so.precision);
     j["defaults"] = defaults;
+    j["framework"] = cli::framework_json(so.execution);
     j["configurations_considered"] = r.considered;
     j["configurations_evaluated"] = r.evaluated;
     j["configurations_feasible"] = r.feasible;
@@ -110,6 +110,7 @@ void print(const Options& o, const ModelSpec& m, const ClusterSpec& c, const Sea
             << (so.execution.fp32_gradients && so.precision != Precision::kFp32 ? " with fp32 gradients" : "")
             << ", attention " << attention_name(so.execution.attention);
   if (!defaults.empty()) std::cout << "  [defaults chosen: " << defaults.dump() << "]";
+  if (!so.execution.framework.empty()) std::cout << "\n" << cli::describe_execution(so.execution);
   std::cout << "\n\n"
             << cli::render_table(kHeader, rows) << "\n"
             << r.considered << " configurations considered, " << r.evaluated << " legal and distinct, "
@@ -136,8 +137,7 @@ int run(int argc, char** argv) {
   app.add_option("--rank", o.rank, "which ranked plan --emit prints (1 = best)")->capture_default_str();
   app.add_option("--precision", o.precision, "bf16|fp16|fp32")->capture_default_str();
   app.add_option("--threads", o.threads, "search threads (default: all cores)");
-  app.add_flag("--overlap-grad-reduce", o.overlap_grad_reduce, "overlap DP gradient reduction with backward");
-  app.add_flag("--fp32-gradients", o.fp32_gradients, "bf16/fp16: accumulate and DP-reduce gradients in fp32");
+  cli::add_execution_flags(app, o.execution);
   cli::parse(app, argc, argv);
   cli::require_format(o.format, {"table", "json", "csv"});
   if (o.gpus < 1) cli::fail("--gpus must be >= 1, got " + std::to_string(o.gpus));
@@ -156,8 +156,7 @@ int run(int argc, char** argv) {
   if (!app.count("--seq-len")) defaults["seq_len"] = so.seq_len;
   if (!app.count("--global-batch")) defaults["global_batch"] = so.global_batch;
   if (!app.count("--precision")) defaults["precision"] = o.precision;
-  so.execution.overlap_grad_reduce = o.overlap_grad_reduce;
-  so.execution.fp32_gradients = o.fp32_gradients;
+  so.execution = cli::execution_or_fail(o.execution);
   so.top_k = static_cast<size_t>(std::max<int64_t>(o.top, o.rank));
   so.threads = o.threads;
 

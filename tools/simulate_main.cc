@@ -5,6 +5,7 @@
 // Until the discrete-event engine lands, the prediction is the planner's analytical estimate.
 #include <iostream>
 
+#include "models/json_fields.h"
 #include "planner/estimate.h"
 #include "planner/export.h"
 #include "planner/simulation.h"
@@ -20,8 +21,8 @@ struct Options {
   std::string model, cluster = "dgx-h100", plan_file, format = "table", trace, svg, engine = "event";
   std::string schedule = "1f1b", recompute = "none", precision = "bf16";
   int64_t tp = 1, pp = 1, dp = 1, zero = 0, micro_batch = 1, global_batch = 0, virtual_stages = 1, seq_len = 0;
-  bool sequence_parallel = false, offload = false, tp_across_nodes = false, overlap_grad_reduce = false;
-  bool fp32_gradients = false;
+  bool sequence_parallel = false, offload = false, tp_across_nodes = false;
+  cli::ExecutionFlags execution;
 };
 
 Plan plan_from_flags(const Options& o, const CLI::App& app, const ModelSpec& m, nlohmann::json& defaults) {
@@ -59,9 +60,23 @@ Plan plan_from_flags(const Options& o, const CLI::App& app, const ModelSpec& m, 
   p.sequence_parallel = o.sequence_parallel;
   p.offload = o.offload;
   p.tp_across_nodes = o.tp_across_nodes;
-  p.execution.overlap_grad_reduce = o.overlap_grad_reduce;
-  p.execution.fp32_gradients = o.fp32_gradients;
+  p.execution = cli::execution_or_fail(o.execution);
   return p;
+}
+
+// The plan file; --framework fills in execution.framework where the file names none.
+Plan load_plan_or_fail(const std::string& path, const std::string& framework) {
+  nlohmann::json j = cli::value_or_fail(read_json_file(path));
+  if (!framework.empty() && j.is_object()) {
+    nlohmann::json& e = j["execution"];
+    if (e.is_null()) e = nlohmann::json::object();
+    const bool named = e.is_object() && e.contains("framework") && e["framework"].is_string() &&
+                       !e["framework"].get<std::string>().empty();
+    if (named && e["framework"] != framework)
+      cli::fail("--framework " + framework + " contradicts the plan's execution.framework " + e["framework"].dump());
+    if (e.is_object()) e["framework"] = framework;
+  }
+  return cli::value_or_fail(plan_from_json(j, path));
 }
 
 void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const StepReport& e,
@@ -87,7 +102,7 @@ void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const 
             << (p.schedule == Schedule::kInterleaved ? " v=" + std::to_string(p.virtual_stages) : "")
             << ", recompute " << recompute_name(p.recompute) << (p.sequence_parallel ? ", SP" : "")
             << ", seq_len " << p.seq_len << ", global batch " << p.global_batch << ", " << precision_name(p.precision)
-            << (p.execution.fp32_gradients && p.precision != Precision::kFp32 ? " with fp32 gradients" : "") << "\n";
+            << "\n" << cli::describe_execution(p.execution) << "\n";
   if (!defaults.empty()) std::cout << "defaults chosen: " << defaults.dump() << "\n";
   std::cout << "engine: " << (engine == "event" ? "discrete-event simulation" : "analytical model") << "\n\n" << cli::render_table({"quantity", "value"}, rows);
 }
@@ -138,8 +153,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_flag("--sequence-parallel", o.sequence_parallel, "Megatron sequence parallelism");
   app.add_flag("--offload", o.offload, "optimizer states (ZeRO-3: also weights) in host memory");
   app.add_flag("--tp-across-nodes", o.tp_across_nodes, "allow a TP group to span nodes");
-  app.add_flag("--overlap-grad-reduce", o.overlap_grad_reduce, "overlap DP gradient reduction with backward");
-  app.add_flag("--fp32-gradients", o.fp32_gradients, "bf16/fp16: accumulate and DP-reduce gradients in fp32");
+  cli::add_execution_flags(app, o.execution);
   app.add_option("--seq-len", o.seq_len, "sequence length (default: min(max positions, 4096))");
   app.add_option("--precision", o.precision, "bf16|fp16|fp32")->capture_default_str();
   app.add_option("--trace", o.trace, "write the step as a Chrome / Perfetto trace (event engine)");
@@ -167,9 +181,9 @@ int run(int argc, char** argv) {
   if (!o.plan_file.empty())
     for (const char* flag : {"--tp", "--pp", "--dp", "--zero", "--micro-batch", "--global-batch", "--schedule",
                              "--virtual-stages", "--recompute", "--sequence-parallel", "--seq-len", "--precision",
-                             "--offload", "--tp-across-nodes", "--overlap-grad-reduce", "--fp32-gradients"})
+                             "--offload", "--tp-across-nodes", "--overlap-grad-reduce", "--fp32-gradients", "--compile"})
       if (app.count(flag)) cli::fail(std::string(flag) + " cannot be combined with --plan (edit the plan file)");
-  Plan plan = o.plan_file.empty() ? plan_from_flags(o, app, m, defaults) : cli::value_or_fail(load_plan(o.plan_file));
+  Plan plan = o.plan_file.empty() ? plan_from_flags(o, app, m, defaults) : load_plan_or_fail(o.plan_file, o.execution.framework);
   if (Status s = check_plan(plan, m, c.node.gpus); !s.ok()) cli::fail(s.error());
   if (c.max_nodes > 0 && plan.gpus() > c.max_nodes * c.node.gpus)
     cli::fail("plan needs " + std::to_string(plan.gpus()) + " GPUs; cluster '" + c.name + "' has " +
@@ -195,6 +209,7 @@ int run(int argc, char** argv) {
     j["cluster"] = c.name;
     j["defaults"] = defaults;
     j["engine"] = o.engine;
+    j["framework"] = cli::framework_json(plan.execution);
     if (!stages.is_null()) j["stages"] = stages;
     std::cout << j.dump(2) << "\n";
   } else {

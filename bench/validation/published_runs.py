@@ -1,40 +1,88 @@
 # Predicts every row of the shared published-runs.json with a `simulate` binary and prints the
-# signed and absolute error per row and per source set. No constant is fitted here: each row's plan
-# is read as published (cluster by GPU: A100 -> dgx-a100, H100 -> dgx-h100; Megatron-LM 2022 with
-# materialized attention), and rows Parallax cannot express are listed with the reason.
-#   python3 bench/validation/published_runs.py build/bin/simulate ../shared/validation/published-runs.json out.json
+# signed and absolute error per row, per source set and overall. No constant is fitted here: each
+# row's plan is read as published, priced as its framework runs it (a framework profile, named
+# settings with their sources: program/framework.cc), on the bundled cluster of its hardware.
+#   python3 bench/validation/published_runs.py build/bin/simulate ../shared/validation/published-runs.json out.json [table.md]
 import collections, json, os, subprocess, sys, tempfile
-binary, runs, result = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
-rows = json.load(open(runs))['rows']
-tmp = tempfile.mkdtemp()
-out = {}
-for r in rows:
+
+def framework(r):
+    f = r['framework']
+    if 'Megatron-LM (2022)' in f: return 'megatron-2022', False
+    if 'NeMo' in f: return 'nemo', False
+    if 'torchtitan' in f: return 'torchtitan', 'torch.compile' in f
+    if 'fms-fsdp' in f: return 'fsdp', True  # fms_fsdp/config/training.py: use_torch_compile=True
+    return 'megatron', False
+
+def cluster(r):
     g = r['gpu']
-    cluster = 'dgx-a100' if 'A100' in g else 'dgx-h100'  # the bundled clusters closest to each row
-    z = r['zero_or_fsdp']; zero = int(str(z)[0]) if str(z)[0].isdigit() else 3
+    if 'A100' in g: return 'dgx-a100'
+    if 'HBM2e' in g: return 'grand-teton-h100'  # torchtitan's 96 GB HBM2e, 500 W H100s
+    return 'dgx-h100'
+
+def plan(r):
+    z = str(r['zero_or_fsdp'])
+    zero = int(z[0]) if z[0].isdigit() else 3  # "hybrid" (HSDP) is priced as ZeRO-3 over all ranks
     rc = str(r['recompute']).split()[0]
     if rc not in ('none', 'selective', 'full'): rc = 'none'
     v = r.get('virtual_stages') or 1
-    plan = {'tp': r['tp'], 'pp': r['pp'], 'dp': r['dp'], 'zero': zero, 'micro_batch': r['micro_batch'],
+    name, compiled = framework(r)
+    execution = {'framework': name}
+    if compiled: execution['kernels'] = 'fused'
+    if 'nemotron4-340b' in r['model_name'] or '340B' in r['model_name']:
+        execution['bf16_optimizer_states'] = True  # dgxc nemotron4-340b-synth.yaml: optim.dtype bf16
+    return {'tp': r['tp'], 'pp': r['pp'], 'dp': r['dp'], 'zero': zero, 'micro_batch': r['micro_batch'],
             'global_batch': r['global_batch'], 'seq_len': r['seq_len'],
             'schedule': 'interleaved' if v > 1 else '1f1b', 'virtual_stages': v, 'recompute': rc,
-            'sequence_parallel': bool(r['sequence_parallel']), 'precision': 'bf16'}
-    if 'Megatron-LM (2022)' in r['framework']: plan['execution'] = {'attention': 'materialized'}
-    json.dump(r['config'], open(tmp + '/m.json', 'w')); json.dump(plan, open(tmp + '/p.json', 'w'))
-    p = subprocess.run([binary, '--model', tmp + '/m.json', '--plan', tmp + '/p.json', '--cluster', cluster,
-                        '--format', 'json'], capture_output=True, text=True, cwd=os.path.dirname(binary))
-    if p.returncode != 0:
-        out[r['id']] = (r['source_set'], None, p.stderr.strip()[:100]); continue
-    t = json.loads(p.stdout)['step_time_s']
-    out[r['id']] = (r['source_set'], t / r['step_time_s'] - 1, '')
-json.dump(out, open(result, 'w'), indent=1)
-by = collections.defaultdict(list)
-for key, (source, err, why) in out.items():
-    by[source].append(err)
-    print(f"{key}: {'not expressible: ' + why if err is None else f'{err:+.1%}'}")
-for source, errs in by.items():
-    ok = [e for e in errs if e is not None]
-    if ok:
-        print(f"{source}: {len(ok)}/{len(errs)} rows, mean {sum(ok) / len(ok):+.1%}, mean |error| {sum(map(abs, ok)) / len(ok):.1%}")
-    else:
-        print(f"{source}: 0/{len(errs)} rows expressible")
+            'sequence_parallel': bool(r['sequence_parallel']), 'precision': 'bf16', 'execution': execution}
+
+def main():
+    binary, runs, result = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
+    table = sys.argv[4] if len(sys.argv) > 4 else None
+    rows = json.load(open(runs))['rows']
+    tmp = tempfile.mkdtemp()
+    out = {}
+    for r in rows:
+        p = plan(r)
+        json.dump(r['config'], open(tmp + '/m.json', 'w')); json.dump(p, open(tmp + '/p.json', 'w'))
+        run = subprocess.run([binary, '--model', tmp + '/m.json', '--plan', tmp + '/p.json', '--cluster', cluster(r),
+                              '--format', 'json'], capture_output=True, text=True)
+        entry = {'source': r['source_set'], 'measured_s': r['step_time_s'], 'framework': p['execution'],
+                 'cluster': cluster(r)}
+        if run.returncode != 0:
+            entry['error'] = run.stderr.strip()[:200]
+        else:
+            j = json.loads(run.stdout)
+            entry.update(predicted_s=j['step_time_s'], error_pct=100 * (j['step_time_s'] / r['step_time_s'] - 1),
+                         fits=j['fits_in_memory'], peak_gib=j['peak_memory_bytes'] / 2**30)
+        out[r['id']] = entry
+    json.dump(out, open(result, 'w'), indent=1)
+    report(out, table)
+
+def report(out, table):
+    lines = ['| run | framework | cluster | measured s | predicted s | error | fits |', '|---|---|---|---:|---:|---:|---|']
+    by = collections.defaultdict(list)
+    for key, e in out.items():
+        fw = e['framework']['framework'] + (' +compile' if e['framework'].get('kernels') == 'fused' else '')
+        if 'error' in e:
+            print(f"{key}: not expressible: {e['error']}")
+            by[e['source']].append(None)
+            lines.append(f"| {key} | {fw} | {e['cluster']} | {e['measured_s']:.2f} | — | not expressible | |")
+            continue
+        by[e['source']].append(e['error_pct'])
+        print(f"{key}: {e['error_pct']:+.1f}%{'' if e['fits'] else ' (predicted not to fit: %.1f GiB)' % e['peak_gib']}")
+        lines.append(f"| {key} | {fw} | {e['cluster']} | {e['measured_s']:.2f} | {e['predicted_s']:.2f} | "
+                     f"{e['error_pct']:+.1f}% | {'yes' if e['fits'] else 'no (%.0f GiB)' % e['peak_gib']} |")
+    lines += ['', '| source | rows | mean error | MAPE | worst |', '|---|---:|---:|---:|---:|']
+    every = []
+    for source, errs in list(by.items()) + [('all', None)]:
+        ok = [e for e in (errs if errs is not None else every) if e is not None]
+        n = len(errs) if errs is not None else sum(len(v) for v in by.values())
+        if errs is not None: every += ok
+        if not ok:
+            print(f"{source}: 0/{n} rows expressible"); continue
+        mean, mape, worst = sum(ok) / len(ok), sum(map(abs, ok)) / len(ok), max(ok, key=abs)
+        print(f"{source}: {len(ok)}/{n} rows, mean {mean:+.1f}%, MAPE {mape:.1f}%, worst {worst:+.1f}%")
+        lines.append(f"| {source} | {len(ok)}/{n} | {mean:+.1f}% | {mape:.1f}% | {worst:+.1f}% |")
+    if table: open(table, 'w').write('\n'.join(lines) + '\n')
+
+main()

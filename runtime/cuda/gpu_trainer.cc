@@ -25,6 +25,8 @@ Status check_gpu_support(const ModelSpec& m, const Plan& p, bool emulated) {
   if (p.zero > 1) return no("ZeRO-" + std::to_string(p.zero) + " (only 0 and 1; the CPU runtime executes 2 and 3)");
   if (p.virtual_stages > 1) return no("interleaved schedules (one model chunk per stage)");
   if (m.is_moe()) return no("mixture-of-experts models (expert parallelism is not built)");
+  if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
+    return no(std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)");
   if (m.mlp == Mlp::kSquaredRelu || m.rotary_dims != m.head_dim)
     return no(m.model_type + " models (squared-ReLU MLP and partial rotary run on the CPU runtime only)");
   // ZeRO-1 keeps one contiguous shard per rank: the step program must have one gradient bucket.

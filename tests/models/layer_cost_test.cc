@@ -131,5 +131,32 @@ TEST(Elementwise, Gpt2BytesPerToken) {
   EXPECT_DOUBLE_EQ(layer_elementwise_bytes_per_token(m, 1024, 1, false, AttentionKernel::kFlash), 35328);
 }
 
+// Llama-3-8B (h 4096, q 4096, kv 1024, f 14336, GQA), s 8192, t 1, flash, bytes per token forward:
+//   fused: norms 2 * 4h + residuals 12h = 20h = 81,920; SwiGLU 6f = 86,016; rotary 4(q + kv) =
+//   20,480: 188,416.
+//   eager: RMSNorms 2 * 36h = 294,912; residuals 49,152; SwiGLU 10f = 143,360; rotary 20(q + kv) =
+//   102,400; repeat_kv 2(2kv + 2q) = 20,480; output transpose 4q = 16,384: 626,688.
+TEST(Elementwise, EagerLlamaBytesPerToken) {
+  const ModelSpec m = load("llama3-8b");
+  EXPECT_DOUBLE_EQ(layer_elementwise_bytes_per_token(m, 8192, 1, false, AttentionKernel::kFlash, KernelFusion::kFused), 188416);
+  EXPECT_DOUBLE_EQ(layer_elementwise_bytes_per_token(m, 8192, 1, false, AttentionKernel::kFlash, KernelFusion::kEager), 626688);
+}
+
+// torchtitan's op-level selective checkpointing on Llama-3-8B (32 heads), t 1, per token and layer:
+//   saved: layer input 2h = 8,192; Q 2q = 8,192, V 2kv = 2,048, attention output 2q = 8,192 and
+//   its fp32 log-sum-exp 4 * 32 = 128; gate 2f = 28,672 and down projection 2h = 8,192: 63,616.
+//   Recomputed matmuls: K (h kv), O (q h) and up (h f): 4096 * (1024 + 4096 + 14336) = 79,691,776
+//   weights, so 2x that FLOPs per token and layer.
+TEST(Activations, OpLevelSelectiveRecompute) {
+  const ModelSpec m = load("llama3-8b");
+  ActivationOptions o{8192, 1, 1, false, Recompute::kSelective, AttentionKernel::kFlash, SelectiveRecompute::kOps};
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, o).total(), 63616.0 * 8192);
+  EXPECT_EQ(ops_recomputed_matmul_weights(m), 79'691'776);
+  const double tokens = 8192.0 * 16;
+  EXPECT_NEAR(hardware_flops_per_step(m, 8192, 16, Recompute::kSelective, SelectiveRecompute::kOps) -
+                  model_flops_per_step(m, 8192, 16),
+              32 * 2 * 79'691'776.0 * tokens, 1e-3);
+}
+
 }  // namespace
 }  // namespace parallax

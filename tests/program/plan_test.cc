@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "../planner/test_plans.h"
+#include "program/framework.h"
+#include "program/model_state.h"
 
 namespace parallax {
 namespace {
@@ -29,6 +31,39 @@ TEST(Plan, JsonRoundTrip) {
   nlohmann::json j = plan_to_json(p);
   j["execution"].erase("fp32_gradients");
   EXPECT_FALSE(plan_from_json(j, "p.json")->execution.fp32_gradients);
+}
+
+// A plan names its framework: the profile's settings apply, explicit keys override them, and an
+// unknown name is an error listing the known ones.
+TEST(Plan, ExecutionFrameworkProfile) {
+  nlohmann::json j = plan_to_json(base());
+  j["execution"] = {{"framework", "torchtitan"}};
+  Result<Plan> p = plan_from_json(j, "p.json");
+  ASSERT_TRUE(p.ok()) << p.error();
+  EXPECT_EQ(p->execution.kernels, KernelFusion::kEager);
+  EXPECT_EQ(p->execution.selective, SelectiveRecompute::kOps);
+  EXPECT_TRUE(p->execution.fp32_gradients);
+  j["execution"]["kernels"] = "fused";  // torch.compile
+  EXPECT_EQ(plan_from_json(j, "p.json")->execution.kernels, KernelFusion::kFused);
+  EXPECT_EQ(plan_to_json(*plan_from_json(j, "p.json"))["execution"]["framework"], "torchtitan");
+  j["execution"] = {{"framework", "jax"}};
+  EXPECT_EQ(plan_from_json(j, "p.json").error(),
+            "p.json: execution: key 'framework': unknown framework 'jax' (known: megatron, megatron-2022, nemo, fsdp, torchtitan)");
+  for (const std::string& name : framework_names()) {
+    Result<FrameworkProfile> f = framework_profile(name);
+    ASSERT_TRUE(f.ok()) << name;
+    EXPECT_FALSE(f->settings.empty()) << name;
+    for (const FrameworkSetting& s : f->settings) EXPECT_FALSE(s.source.empty()) << name << " " << s.key;
+  }
+}
+
+// bf16 optimizer states: main copy, m and v at 2 bytes each.
+TEST(Plan, Bf16OptimizerStates) {
+  Plan p = base();
+  EXPECT_EQ(bytes_per_param(p).optimizer, 12);
+  p.execution.bf16_optimizer_states = true;
+  EXPECT_EQ(bytes_per_param(p).optimizer, 6);
+  EXPECT_EQ(plan_from_json(plan_to_json(p), "p.json")->execution.bf16_optimizer_states, true);
 }
 
 TEST(Plan, ValidPlanPasses) { EXPECT_TRUE(check_plan(base(), load("llama2-70b"), 8).ok()); }

@@ -33,6 +33,22 @@ TEST(Engine, HandDerivedTimes) {
   EXPECT_EQ(tl->events, 6);
 }
 
+// A collective holding a quarter of the SMs slows the compute beside it: the 10 s task runs at
+// 0.75 while the 4 s collective runs (3 s of work done by t = 4), then the 7 s left at full
+// speed: it ends at 11. Compute on another rank is not slowed.
+TEST(Engine, CollectivesSlowTheComputeOfTheirRank) {
+  TaskGraph g;
+  const StreamId c0 = g.add_stream(0, StreamKind::kCompute), d0 = g.add_stream(0, StreamKind::kDp);
+  const StreamId c1 = g.add_stream(1, StreamKind::kCompute);
+  const TaskId work = g.add_task(c0, 10), comm = g.add_task(d0, 4, -1, 0.25f), other = g.add_task(c1, 10);
+  Result<Timeline> tl = run_tasks(g);
+  ASSERT_TRUE(tl.ok()) << tl.error();
+  EXPECT_DOUBLE_EQ(tl->finish_s[comm], 4);
+  EXPECT_DOUBLE_EQ(tl->finish_s[work], 11);
+  EXPECT_DOUBLE_EQ(tl->finish_s[other], 10);
+  EXPECT_EQ(tl->events, 3);
+}
+
 // A stream runs in program order even when a later task is ready first.
 TEST(Engine, StreamsKeepProgramOrder) {
   TaskGraph g;

@@ -1,0 +1,101 @@
+#include "program/framework.h"
+
+namespace parallax {
+
+namespace {
+
+const char* kMegatronArgs = "NVIDIA/Megatron-LM megatron/training/arguments.py";
+const char* kMegatron2022 = "NVIDIA/Megatron-LM@189e72a7 (2022-07)";
+const char* kDgxc = "NVIDIA/dgxc-benchmarking@35a9aecc (v24.11.1) nemotron/*.yaml, nemo_megatron/gpt3_175b_hydra.yaml";
+const char* kTitan = "pytorch/torchtitan@9dec370";
+const char* kFms = "foundation-model-stack/fms-fsdp@5a296af";
+
+FrameworkProfile megatron() {
+  FrameworkProfile p{"megatron", "Megatron-LM with Megatron-Core and Transformer Engine, default arguments", {}, {}};
+  Execution& e = p.execution;
+  e.fp32_gradients = true;
+  p.settings = {
+      {"attention", "flash", std::string(kMegatronArgs) + ": --attention-backend auto picks TE's fused/flash attention"},
+      {"kernels", "fused", "Transformer Engine fused norm+linear; bias-activation and masked-softmax fusion on by default"},
+      {"selective", "attention-core", "--recompute-granularity selective re-runs core_attention (Korthikanti et al. 2022)"},
+      {"overlap_grad_reduce", "false", std::string(kMegatronArgs) + ": --overlap-grad-reduce is off unless given"},
+      {"fp32_gradients", "true", std::string(kMegatronArgs) + ": bf16 without --grad-reduce-in-bf16 accumulates and all-reduces in fp32"}};
+  return p;
+}
+
+FrameworkProfile megatron_2022() {
+  FrameworkProfile p{"megatron-2022", "Megatron-LM as Korthikanti et al. (2022) ran it: no flash attention, local DDP", {}, {}};
+  Execution& e = p.execution;
+  e.attention = AttentionKernel::kMaterialized;
+  e.fp32_gradients = true;
+  p.settings = {
+      {"attention", "materialized", std::string(kMegatron2022) + " megatron/model/transformer.py: FusedScaleMaskSoftmax over s x s scores"},
+      {"kernels", "fused", std::string(kMegatron2022) + " arguments.py: bias-gelu, bias-dropout-add and masked-softmax fusions on by default"},
+      {"selective", "attention-core", "Korthikanti et al. 2022, Sec. 5: selective recompute of the attention core"},
+      {"overlap_grad_reduce", "false", std::string(kMegatron2022) + " --DDP-impl local: reduce_model_grads after forward_backward (training.py)"},
+      {"fp32_gradients", "true", std::string(kMegatron2022) + " distributed.py: main_grad accumulated in fp32"}};
+  return p;
+}
+
+FrameworkProfile nemo() {
+  FrameworkProfile p{"nemo", "NeMo 1.0 megatron_gpt with distributed_fused_adam, as NVIDIA's DGX Cloud recipes run it", {}, {}};
+  Execution& e = p.execution;
+  e.overlap_grad_reduce = true;
+  e.overlap_p2p = true;
+  p.settings = {
+      {"attention", "flash", std::string(kDgxc) + ": TE attention (NVTE_FUSED_ATTN cuDNN or flash)"},
+      {"kernels", "fused", std::string(kDgxc) + ": bias_activation_fusion, bias_dropout_add_fusion, apply_rope_fusion, masked_softmax_fusion"},
+      {"selective", "attention-core", "activations_checkpoint_granularity: selective (core attention)"},
+      {"overlap_grad_reduce", "true", std::string(kDgxc) + ": optim.overlap_grad_sync true"},
+      {"overlap_p2p", "true", std::string(kDgxc) + ": overlap_p2p_comm true, batch_p2p_comm false"},
+      {"fp32_gradients", "false", std::string(kDgxc) + ": optim.grad_sync_dtype bf16"},
+      {"tp_comm_overlap", "not modelled", std::string(kDgxc) + ": ub_tp_comm_overlap true; Parallax prices TP collectives exposed"}};
+  return p;
+}
+
+FrameworkProfile fsdp() {
+  FrameworkProfile p{"fsdp", "PyTorch FSDP (FULL_SHARD) with a bf16 MixedPrecision policy and eager kernels, as fms-fsdp", {}, {}};
+  Execution& e = p.execution;
+  e.kernels = KernelFusion::kEager;
+  p.settings = {
+      {"attention", "flash", std::string(kFms) + " README: SDPA's FlashAttention-2"},
+      {"kernels", "eager", "PyTorch eager unless torch.compile (--compile)"},
+      {"fp32_gradients", "false", std::string(kFms) + " fms_fsdp/policies/mixed_precision.py: param, reduce and buffer dtype bf16"},
+      {"overlap_grad_reduce", "false", "FSDP reduce-scatters each unit's gradients as its backward ends (priced by the ZeRO-3 program)"}};
+  return p;
+}
+
+FrameworkProfile torchtitan() {
+  FrameworkProfile p{"torchtitan", "torchtitan: FSDP2 per TransformerBlock, eager kernels unless compiled, op-level selective checkpointing", {}, {}};
+  Execution& e = p.execution;
+  e.kernels = KernelFusion::kEager;
+  e.selective = SelectiveRecompute::kOps;
+  e.fp32_gradients = true;
+  p.settings = {
+      {"attention", "flash", std::string(kTitan) + " torchtitan/models/llama/model.py: F.scaled_dot_product_attention(is_causal=True)"},
+      {"kernels", "eager", std::string(kTitan) + " config_manager.py: training.compile false by default; norms.py RMSNorm in fp32 ops"},
+      {"selective", "ops", std::string(kTitan) + " parallelisms/parallelize_llama.py: selective_ac_option 'op' saves mm (except every second), SDPA and reduce_scatter outputs"},
+      {"fp32_gradients", "true", std::string(kTitan) + " config_manager.py: mixed_precision_reduce float32 (reduce-scatter in fp32)"},
+      {"overlap_grad_reduce", "false", "FSDP2 reduce-scatters each block's gradients as its backward ends (priced by the ZeRO-3 program)"},
+      {"async_tp", "not modelled", "torchtitan experimental.enable_async_tensor_parallel; Parallax prices TP collectives exposed"}};
+  return p;
+}
+
+}  // namespace
+
+std::vector<std::string> framework_names() { return {"megatron", "megatron-2022", "nemo", "fsdp", "torchtitan"}; }
+
+Result<FrameworkProfile> framework_profile(const std::string& name) {
+  for (FrameworkProfile (*make)() : {megatron, megatron_2022, nemo, fsdp, torchtitan}) {
+    FrameworkProfile p = make();
+    if (p.name == name) {
+      p.execution.framework = name;
+      return p;
+    }
+  }
+  std::string known;
+  for (const std::string& n : framework_names()) known += (known.empty() ? "" : ", ") + n;
+  return Error{"unknown framework '" + name + "' (known: " + known + ")"};
+}
+
+}  // namespace parallax

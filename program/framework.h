@@ -1,0 +1,34 @@
+// Framework profiles: the execution settings a training framework uses by default (attention
+// kernel, kernel fusion, what selective recompute re-runs, which communication overlaps compute,
+// the gradient-reduction dtype), each with the framework source that sets it. A prediction is made
+// for a plan *as a framework runs it*; `--framework` and a plan's `execution.framework` pick the
+// profile, and explicit execution keys override it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/status.h"
+#include "program/plan.h"
+
+namespace parallax {
+
+struct FrameworkSetting {
+  std::string key;     // the Execution key, or a behaviour Parallax does not model (noted so)
+  std::string value;
+  std::string source;  // repository@commit:file, or the paper, that sets it
+};
+
+struct FrameworkProfile {
+  std::string name;
+  std::string description;
+  Execution execution;  // the settings below applied to Parallax's defaults
+  std::vector<FrameworkSetting> settings;
+};
+
+// Names of the bundled profiles: megatron, megatron-2022, nemo, fsdp, torchtitan.
+std::vector<std::string> framework_names();
+// The profile called `name`, or an error naming the known ones.
+Result<FrameworkProfile> framework_profile(const std::string& name);
+
+}  // namespace parallax
