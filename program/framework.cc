@@ -14,8 +14,10 @@ FrameworkProfile megatron() {
   FrameworkProfile p{"megatron", "Megatron-LM with Megatron-Core and Transformer Engine, default arguments", {}, {}};
   Execution& e = p.execution;
   e.fp32_gradients = true;
+  e.attention_impl = "cudnn";
   p.settings = {
       {"attention", "flash", std::string(kMegatronArgs) + ": --attention-backend auto picks TE's fused/flash attention"},
+      {"attention_impl", "cudnn", "Transformer Engine prefers its cuDNN FusedAttention backend on Hopper"},
       {"kernels", "fused", "Transformer Engine fused norm+linear; bias-activation and masked-softmax fusion on by default"},
       {"selective", "attention-core", "--recompute-granularity selective re-runs core_attention (Korthikanti et al. 2022)"},
       {"overlap_grad_reduce", "false", std::string(kMegatronArgs) + ": --overlap-grad-reduce is off unless given"},
@@ -41,12 +43,16 @@ FrameworkProfile nemo() {
   FrameworkProfile p{"nemo", "NeMo 1.0 megatron_gpt with distributed_fused_adam, as NVIDIA's DGX Cloud recipes run it", {}, {}};
   Execution& e = p.execution;
   e.overlap_grad_reduce = true;
+  e.overlap_param_gather = true;
   e.overlap_p2p = true;
+  e.attention_impl = "cudnn";
   p.settings = {
       {"attention", "flash", std::string(kDgxc) + ": TE attention (NVTE_FUSED_ATTN cuDNN or flash)"},
+      {"attention_impl", "cudnn", std::string(kDgxc) + " nemotron/configure.sh: NVTE_FUSED_ATTN=1 (cuDNN); recipes that set 0 run FlashAttention-2 (attention_impl fa2)"},
       {"kernels", "fused", std::string(kDgxc) + ": bias_activation_fusion, bias_dropout_add_fusion, apply_rope_fusion, masked_softmax_fusion"},
       {"selective", "attention-core", "activations_checkpoint_granularity: selective (core attention)"},
       {"overlap_grad_reduce", "true", std::string(kDgxc) + ": optim.overlap_grad_sync true"},
+      {"overlap_param_gather", "true", std::string(kDgxc) + ": optim.overlap_param_sync true"},
       {"overlap_p2p", "true", std::string(kDgxc) + ": overlap_p2p_comm true, batch_p2p_comm false"},
       {"fp32_gradients", "false", std::string(kDgxc) + ": optim.grad_sync_dtype bf16"},
       {"tp_comm_overlap", "not modelled", std::string(kDgxc) + ": ub_tp_comm_overlap true; Parallax prices TP collectives exposed"}};
@@ -57,8 +63,10 @@ FrameworkProfile fsdp() {
   FrameworkProfile p{"fsdp", "PyTorch FSDP (FULL_SHARD) with a bf16 MixedPrecision policy and eager kernels, as fms-fsdp", {}, {}};
   Execution& e = p.execution;
   e.kernels = KernelFusion::kEager;
+  e.attention_impl = "fa2";
   p.settings = {
       {"attention", "flash", std::string(kFms) + " README: SDPA's FlashAttention-2"},
+      {"attention_impl", "fa2", "PyTorch's SDPA flash backend is FlashAttention-2 (PyTorch 2.2 release notes)"},
       {"kernels", "eager", "PyTorch eager unless torch.compile (--compile)"},
       {"fp32_gradients", "false", std::string(kFms) + " fms_fsdp/policies/mixed_precision.py: param, reduce and buffer dtype bf16"},
       {"overlap_grad_reduce", "false", "FSDP reduce-scatters each unit's gradients as its backward ends (priced by the ZeRO-3 program)"}};
@@ -71,8 +79,10 @@ FrameworkProfile torchtitan() {
   e.kernels = KernelFusion::kEager;
   e.selective = SelectiveRecompute::kOps;
   e.fp32_gradients = true;
+  e.attention_impl = "fa2";
   p.settings = {
       {"attention", "flash", std::string(kTitan) + " torchtitan/models/llama/model.py: F.scaled_dot_product_attention(is_causal=True)"},
+      {"attention_impl", "fa2", "PyTorch's SDPA flash backend is FlashAttention-2 (PyTorch 2.2 release notes)"},
       {"kernels", "eager", std::string(kTitan) + " config_manager.py: training.compile false by default; norms.py RMSNorm in fp32 ops"},
       {"selective", "ops", std::string(kTitan) + " parallelisms/parallelize_llama.py: selective_ac_option 'op' saves mm (except every second), SDPA and reduce_scatter outputs"},
       {"fp32_gradients", "true", std::string(kTitan) + " config_manager.py: mixed_precision_reduce float32 (reduce-scatter in fp32)"},

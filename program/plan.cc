@@ -162,8 +162,8 @@ nlohmann::json plan_to_json(const Plan& p) {
           {"tp_across_nodes", p.tp_across_nodes},
           {"execution",
            {{"framework", e.framework}, {"attention", attention_name(e.attention)},
-            {"kernels", kernels_name(e.kernels)}, {"selective", selective_name(e.selective)},
-            {"overlap_grad_reduce", e.overlap_grad_reduce},
+            {"attention_impl", e.attention_impl}, {"kernels", kernels_name(e.kernels)}, {"selective", selective_name(e.selective)},
+            {"overlap_grad_reduce", e.overlap_grad_reduce}, {"overlap_param_gather", e.overlap_param_gather},
             {"overlap_p2p", e.overlap_p2p},
             {"dp_bucket_mib", e.dp_bucket_mib}, {"allocator_margin", e.allocator_margin},
             {"microbatch_overhead_us", e.microbatch_overhead_us},
@@ -196,11 +196,17 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   }
   if (f.has("attention"))
     e.attention = read_enum(f, "attention", parse_kernel, "flash|materialized", e.attention);
+  if (f.has("attention_impl")) {
+    e.attention_impl = f.required_string("attention_impl");
+    if (f.ok() && !e.attention_impl.empty() && e.attention_impl != "fa2" && e.attention_impl != "fa3" && e.attention_impl != "cudnn")
+      f.fail("attention_impl", "unknown '" + e.attention_impl + "' (expected fa2|fa3|cudnn)");
+  }
   if (f.has("kernels")) e.kernels = read_enum(f, "kernels", parse_fusion, "fused|eager", e.kernels);
   if (f.has("selective"))
     e.selective = read_enum(f, "selective", parse_selective, "attention-core|ops", e.selective);
   e.overlap_grad_reduce = f.optional_bool("overlap_grad_reduce", e.overlap_grad_reduce);
   e.overlap_p2p = f.optional_bool("overlap_p2p", e.overlap_p2p);
+  e.overlap_param_gather = f.optional_bool("overlap_param_gather", e.overlap_param_gather);
   e.dp_bucket_mib = f.optional_number("dp_bucket_mib").value_or(e.dp_bucket_mib);
   e.allocator_margin = f.optional_number("allocator_margin", true).value_or(e.allocator_margin);
   e.microbatch_overhead_us = f.optional_number("microbatch_overhead_us", true).value_or(e.microbatch_overhead_us);

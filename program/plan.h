@@ -23,9 +23,15 @@ enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
 struct Execution {
   std::string framework;  // the profile these settings came from (framework.h); "" = Parallax's defaults
   AttentionKernel attention = AttentionKernel::kFlash;
+  // Which fused kernel (fa2 | fa3 | cudnn) prices flash attention from the cluster's measured
+  // curves; "" or a kernel the cluster has no curve for: its flash_attention_efficiency.
+  std::string attention_impl;
   KernelFusion kernels = KernelFusion::kFused;
   SelectiveRecompute selective = SelectiveRecompute::kAttentionCore;
   bool overlap_grad_reduce = false;   // Megatron-Core --overlap-grad-reduce (off by default)
+  // ZeRO-1/2: the updated weights' all-gather runs under the next forward (Megatron-Core
+  // --overlap-param-gather, NeMo overlap_param_sync), not after the optimizer.
+  bool overlap_param_gather = false;
   bool overlap_p2p = false;           // pipeline sends run beside compute (else the sender waits)
   double dp_bucket_mib = 40.0;        // gradient bucket for DP reduction
   double allocator_margin = 0.05;     // caching-allocator fragmentation, fraction of allocations

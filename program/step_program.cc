@@ -114,6 +114,7 @@ class StageBuilder {
     std::vector<size_t> last_release(p_.virtual_stages, 0);
     for (size_t j = 0; j < ops.size(); ++j)
       if (releases_activations(ops[j].kind, p_.schedule)) last_release[ops[j].chunk] = j;
+    if (gathers_overlap_forward()) add_weight_gathers(-1);  // the previous step's, in steady state
     for (size_t j = 0; j < ops.size(); ++j) {
       const int32_t c = add_pass(ops[j]);
       if (p_.zero >= 2 && releases_activations(ops[j].kind, p_.schedule)) add_shard_reduction(ops[j], c);
@@ -252,14 +253,24 @@ class StageBuilder {
     for (StreamKind s : {StreamKind::kTp, StreamKind::kPpSend, StreamKind::kDp})
       if (last_on_[static_cast<int>(s)] >= 0) o.waits_for.push_back(last_on_[static_cast<int>(s)]);
     const int32_t opt = add(std::move(o));
+    if (!gathers_overlap_forward()) add_weight_gathers(opt);
+  }
+
+  bool gathers_overlap_forward() const { return p_.execution.overlap_param_gather; }
+
+  // ZeRO-1/2: the updated weight shards all-gathered per bucket, after the optimizer (`after`), or
+  // with overlap_param_gather (after = -1) at the start of the step, the previous optimizer's
+  // gathers running under the forward: the first pass waits for the first bucket only.
+  void add_weight_gathers(int32_t after) {
     if (p_.dp < 2 || (p_.zero != 1 && p_.zero != 2)) return;
     const int64_t total = p_.virtual_stages * buckets_;
     for (int64_t k = 0; k < total; ++k) {
       ProgramOp g = collective(CollectiveRole::kWeightBucket, Collective::kAllGather, GroupKind::kDp, StreamKind::kDp,
                                stage_weight_bytes_ / d(total));
       g.bucket = static_cast<int32_t>(k);
-      g.waits_for = {opt};
-      add(std::move(g));
+      if (after >= 0) g.waits_for = {after};
+      const int32_t id = add(std::move(g));
+      if (after < 0 && k == 0) blocking_.push_back(id);
     }
   }
 

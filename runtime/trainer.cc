@@ -23,6 +23,7 @@ Status check_runtime_support(const ModelSpec& m, const Plan& p) {
   if (p.offload) return no("offload");
   if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
     return no(std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)");
+  if (p.execution.overlap_param_gather) return no("execution.overlap_param_gather (it gathers weights after the optimizer)");
   return Status::Ok();
 }
 

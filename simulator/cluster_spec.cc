@@ -23,6 +23,54 @@ void read_fraction(JsonFields& f, const char* key, double& out) {
   if (f.ok() && out > 1.0) f.fail(key, "is a fraction and must be <= 1");
 }
 
+// "attention": {"source": ..., "curves": [{"kernel", "head_dim", "seq_len": [...], and
+// "fwd_tflops" + "bwd_tflops", or "fwd_bwd_tflops" where only the pair was measured}]}.
+std::string read_attention(const nlohmann::json& j, const std::string& where, std::vector<AttentionCurve>& out) {
+  JsonFields f(j, where + ": gpu.attention");
+  require_source(f);
+  if (!f.has("curves") || !j.at("curves").is_array()) f.fail("curves", "must be an array");
+  f.reject_unknown_keys({"source", "curves"});
+  if (!f.ok()) return f.error();
+  for (size_t i = 0; i < j.at("curves").size(); ++i) {
+    const nlohmann::json& cj = j.at("curves")[i];
+    JsonFields c(cj, where + ": gpu.attention.curves[" + std::to_string(i) + "]");
+    AttentionCurve curve;
+    curve.kernel = c.required_string("kernel");
+    curve.head_dim = c.required_int("head_dim");
+    auto numbers = [&](const char* key) {
+      std::vector<double> v;
+      if (!c.has(key)) return v;
+      const nlohmann::json& a = cj.at(key);
+      if (!a.is_array()) c.fail(key, "must be an array of numbers");
+      for (const auto& x : a.is_array() ? a : nlohmann::json::array()) {
+        if (!x.is_number() || x.get<double>() <= 0) {
+          c.fail(key, "must hold positive numbers");
+          break;
+        }
+        v.push_back(x.get<double>());
+      }
+      return v;
+    };
+    curve.seq_len = numbers("seq_len");
+    if (c.has("fwd_bwd_tflops")) {
+      // Only fwd+bwd measured: both passes at that throughput (3.5 x forward FLOPs in all).
+      curve.fwd_tflops = curve.bwd_tflops = numbers("fwd_bwd_tflops");
+    } else {
+      curve.fwd_tflops = numbers("fwd_tflops");
+      curve.bwd_tflops = numbers("bwd_tflops");
+    }
+    if (c.ok() && (curve.seq_len.empty() || curve.fwd_tflops.size() != curve.seq_len.size() ||
+                   curve.bwd_tflops.size() != curve.seq_len.size()))
+      c.fail("seq_len", "needs one throughput per sequence length (fwd_tflops and bwd_tflops, or fwd_bwd_tflops)");
+    for (size_t k = 1; c.ok() && k < curve.seq_len.size(); ++k)
+      if (curve.seq_len[k] <= curve.seq_len[k - 1]) c.fail("seq_len", "must increase");
+    c.reject_unknown_keys({"source"});
+    if (!c.ok()) return c.error();
+    out.push_back(std::move(curve));
+  }
+  return "";
+}
+
 Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
   JsonFields f(j, where + ": gpu");
   g.name = f.required_string("name");
@@ -41,6 +89,8 @@ Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
   g.gemm_tile_m = f.required_int("gemm_tile_m");
   g.gemm_tile_n = f.required_int("gemm_tile_n");
   read_fraction(f, "flash_attention_efficiency", g.flash_attention_efficiency);
+  if (f.ok() && f.has("attention"))
+    if (std::string e = read_attention(j.at("attention"), where, g.attention); !e.empty()) return Error{e};
   read_fraction(f, "memory_efficiency", g.memory_efficiency);
   g.optimizer_efficiency = f.optional_number("optimizer_efficiency").value_or(g.memory_efficiency);
   if (f.ok() && g.optimizer_efficiency > 1.0) f.fail("optimizer_efficiency", "is a fraction and must be <= 1");

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +15,15 @@
 #include "models/status.h"
 
 namespace parallax {
+
+// Measured throughput of one fused attention kernel (causal, bf16) against sequence length, with
+// the causal convention of the FlashAttention benchmarks (the masked half is not counted; backward
+// = 2.5 x forward FLOPs).
+struct AttentionCurve {
+  std::string kernel;  // fa2 | fa3 | cudnn
+  int64_t head_dim = 0;
+  std::vector<double> seq_len, fwd_tflops, bwd_tflops;
+};
 
 struct GpuSpec {
   std::string name;
@@ -31,6 +41,7 @@ struct GpuSpec {
   int64_t sm_count = 0;
   int64_t gemm_tile_m = 0, gemm_tile_n = 0;
   double flash_attention_efficiency = 0;  // fraction of peak a fused attention kernel reaches
+  std::vector<AttentionCurve> attention;  // measured curves; a kernel without one uses the fraction
   double memory_efficiency = 0;           // fraction of HBM bandwidth elementwise kernels reach
   double optimizer_efficiency = 0;        // the same for the optimizer's passes (default: memory_efficiency)
   double reserved_gib = 0;                // CUDA context, NCCL and cuBLAS workspaces

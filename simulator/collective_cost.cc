@@ -17,6 +17,9 @@ GroupPlacement place_group(int64_t size, int64_t stride, int64_t gpus_per_node) 
 
 LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g) {
   LinkTier link;
+  link.intra_latency_s = c.node.latency_us * 1e-6;
+  link.nodes = g.nodes;
+  link.ranks_per_node = g.ranks_per_node;
   if (g.nodes <= 1) {
     link.busbw_Bps = c.node.busbw_gbps * 1e9;
     link.latency_s = c.node.latency_us * 1e-6;
@@ -35,17 +38,22 @@ LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g) {
 double collective_time_s(Collective op, double bytes, int64_t n, const LinkTier& link) {
   if (op == Collective::kSendRecv) return link.latency_s + bytes / link.busbw_Bps;
   if (n <= 1) return 0;
-  const double steps = static_cast<double>(op == Collective::kAllReduce ? 2 * (n - 1) : n - 1);
-  const double ring = steps * link.latency_s + collective_bytes_per_rank(op, bytes, n) / link.busbw_Bps;
+  const int64_t twice = op == Collective::kAllReduce ? 2 : 1;
+  const int64_t steps = twice * (n - 1), inter = link.nodes > 1 ? std::min(steps, twice * (link.nodes - 1)) : 0;
+  const double latency = static_cast<double>(inter) * link.latency_s +
+                         static_cast<double>(steps - inter) * (link.nodes > 1 ? link.intra_latency_s : link.latency_s);
+  const double ring = latency + collective_bytes_per_rank(op, bytes, n) / link.busbw_Bps;
   if (op != Collective::kAllReduce) return ring;
   return std::min(ring, tree_allreduce_time_s(bytes, n, link));
 }
 
 double tree_allreduce_time_s(double bytes, int64_t n, const LinkTier& link) {
-  // Reduce up and broadcast down a (double) binary tree: 2 ceil(log2 n) latencies; every rank
-  // receives and sends the whole buffer once each way.
-  const double depth = std::ceil(std::log2(static_cast<double>(n)));
-  return 2 * depth * link.latency_s + 2 * bytes / link.busbw_Bps;
+  // Reduce up and broadcast down: a chain inside each node, a (double) binary tree between nodes;
+  // every rank receives and sends the whole buffer once each way.
+  if (link.nodes <= 1) return 2 * static_cast<double>(n - 1) * link.latency_s + 2 * bytes / link.busbw_Bps;
+  const double depth = std::ceil(std::log2(static_cast<double>(link.nodes)));
+  const double latency = static_cast<double>(link.ranks_per_node - 1) * link.intra_latency_s + depth * link.latency_s;
+  return 2 * latency + 2 * bytes / link.busbw_Bps;
 }
 
 }  // namespace parallax

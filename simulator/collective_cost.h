@@ -27,7 +27,9 @@ GroupPlacement place_group(int64_t size, int64_t stride, int64_t gpus_per_node);
 // group leaves a leaf switch.
 struct LinkTier {
   double busbw_Bps = 0;  // bytes per second
-  double latency_s = 0;  // per ring step
+  double latency_s = 0;  // per ring step across nodes (within a node when the group fits one)
+  double intra_latency_s = 0;  // per step between GPUs of one node
+  int64_t nodes = 1, ranks_per_node = 1;
   bool crosses_nodes = false;
   int64_t sms = 0;  // SMs a collective on this link holds on each GPU (cluster nccl_sms)
 };
@@ -35,7 +37,10 @@ LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g);
 
 // Time of that collective; 0 for a group of one. All-reduce takes the faster of a ring and a tree,
 // as NCCL's tuner does: the tree's log-depth latency wins for small messages over many ranks, the
-// ring's bandwidth for large ones. Other collectives run as rings.
+// ring's bandwidth for large ones. Other collectives run as rings. Latency as NCCL's tuner models
+// it (src/graph/tuning.cc): of a ring's steps only those between nodes (2(nodes - 1) for an
+// all-reduce, nodes - 1 otherwise) pay the network's latency, the rest NVLink's; a tree pays
+// 2((ranks per node - 1) intra + ceil(log2 nodes) inter).
 double collective_time_s(Collective op, double bytes, int64_t n, const LinkTier& link);
 double tree_allreduce_time_s(double bytes, int64_t n, const LinkTier& link);
 

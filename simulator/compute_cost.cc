@@ -1,6 +1,7 @@
 #include "simulator/compute_cost.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace parallax {
 
@@ -29,6 +30,34 @@ double gemm_time_s(const GpuSpec& gpu, Precision p, const Gemm& g) {
 
 double flash_attention_time_s(const GpuSpec& gpu, Precision p, double flops) {
   return flops / (gpu.peak_flops(p) * gpu.flash_attention_efficiency);
+}
+
+namespace {
+double interpolate_log2(const std::vector<double>& x, const std::vector<double>& y, double at) {
+  if (at <= x.front()) return y.front();
+  if (at >= x.back()) return y.back();
+  size_t k = 1;
+  while (x[k] < at) ++k;
+  const double f = (std::log2(at) - std::log2(x[k - 1])) / (std::log2(x[k]) - std::log2(x[k - 1]));
+  return y[k - 1] + f * (y[k] - y[k - 1]);
+}
+}  // namespace
+
+AttentionTimes attention_times(const GpuSpec& gpu, Precision p, const std::string& kernel, int64_t head_dim,
+                               int64_t seq_len, double forward_flops) {
+  const AttentionCurve* best = nullptr;
+  for (const AttentionCurve& c : gpu.attention) {
+    if (c.kernel != kernel) continue;
+    const double off = std::abs(std::log2(double(c.head_dim) / double(head_dim)));
+    if (!best || off < std::abs(std::log2(double(best->head_dim) / double(head_dim)))) best = &c;
+  }
+  if (!best) {
+    const double fwd = flash_attention_time_s(gpu, p, forward_flops);
+    return {fwd, 2.5 * fwd, false};
+  }
+  const double s = static_cast<double>(seq_len);
+  return {forward_flops / (interpolate_log2(best->seq_len, best->fwd_tflops, s) * 1e12),
+          2.5 * forward_flops / (interpolate_log2(best->seq_len, best->bwd_tflops, s) * 1e12), true};
 }
 
 double memory_time_s(const GpuSpec& gpu, double bytes) {

@@ -3,6 +3,8 @@
 // efficiency). The analytical step model and the simulator's lowering both price ops here.
 #pragma once
 
+#include <string>
+
 #include "models/layer_cost.h"
 #include "simulator/cluster_spec.h"
 
@@ -16,6 +18,16 @@ double wave_efficiency(const GpuSpec& gpu, const Gemm& g);
 double gemm_time_s(const GpuSpec& gpu, Precision p, const Gemm& g);
 // A fused attention kernel: executes `flops` at the flash efficiency.
 double flash_attention_time_s(const GpuSpec& gpu, Precision p, double flops);
+// Forward and backward times of causal fused attention doing `forward_flops` (masked half not
+// counted) with `kernel` at `head_dim` and `seq_len`: from the GPU's measured curve of that kernel
+// (nearest head dimension, linear in log2 of the sequence length, clamped at the measured ends),
+// or, without one, at the flash efficiency with backward = 2.5 x forward (Dao 2023).
+struct AttentionTimes {
+  double forward_s = 0, backward_s = 0;
+  bool measured = false;  // from a curve
+};
+AttentionTimes attention_times(const GpuSpec& gpu, Precision p, const std::string& kernel, int64_t head_dim,
+                               int64_t seq_len, double forward_flops);
 // A memory-bound kernel that reads and writes `bytes` in all.
 double memory_time_s(const GpuSpec& gpu, double bytes);
 

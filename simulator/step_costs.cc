@@ -52,9 +52,10 @@ GemmTimes gemm_times(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
     // A fused causal kernel skips the masked half of the s x s square.
     const double tokens = d(plan.seq_len) * d(plan.micro_batch);
     const double core_flops = attention_core_flops_per_token(m, plan.seq_len) * tokens / d(plan.tp);
-    t.core_s = flash_attention_time_s(c.gpu, prec, 0.5 * core_flops);
-    // The fused backward recomputes the scores: 2.5 x the forward's FLOPs (Dao 2023).
-    t.core_bwd_s = 2.5 * t.core_s;
+    const AttentionTimes at = attention_times(c.gpu, prec, plan.execution.attention_impl, m.head_dim, plan.seq_len,
+                                              0.5 * core_flops);
+    t.core_s = at.forward_s;
+    t.core_bwd_s = at.backward_s;
   }
   return t;
 }

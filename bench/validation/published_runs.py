@@ -28,6 +28,10 @@ def plan(r):
     name, compiled = framework(r)
     execution = {'framework': name}
     if compiled: execution['kernels'] = 'fused'
+    if name == 'nemo':  # dgxc v24.11.1 recipe yamls: optim.bucket_cap_mb
+        execution['dp_bucket_mib'] = 100 if '15B' in r['model_name'] else 50 if '340B' in r['model_name'] else 220
+    if name == 'nemo' and 'Nemotron-4 15B' not in r['model_name']:
+        execution['attention_impl'] = 'fa2'  # dgxc launch.sh / configure.sh: NVTE_FUSED_ATTN=0 (flash)
     if 'nemotron4-340b' in r['model_name'] or '340B' in r['model_name']:
         execution['bf16_optimizer_states'] = True  # dgxc nemotron4-340b-synth.yaml: optim.dtype bf16
     return {'tp': r['tp'], 'pp': r['pp'], 'dp': r['dp'], 'zero': zero, 'micro_batch': r['micro_batch'],

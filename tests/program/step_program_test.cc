@@ -103,6 +103,15 @@ TEST(StepProgram, ZeroOneBucketsByHand) {
   // With overlap each bucket waits for its share of the backward: 1/3, 2/3, all of it.
   EXPECT_FLOAT_EQ(o.ops[2].first_wait_fraction, 1.0f / 3);
   EXPECT_FLOAT_EQ(o.ops[4].first_wait_fraction, 1.0f);
+  // overlap_param_gather: the gathers open the step (the previous optimizer's, under this forward)
+  // and the first pass waits for the first bucket only.
+  p.execution.overlap_param_gather = true;
+  const StageProgram g = build_step_program(tiny_gpt(), p).stages[0];
+  EXPECT_EQ(names(g), (std::vector<std::string>{"all-gather dp bucket=0", "all-gather dp bucket=1", "all-gather dp bucket=2",
+                                                "F mb=0 chunk=0", "B mb=0 chunk=0", "reduce-scatter dp bucket=0",
+                                                "reduce-scatter dp bucket=1", "reduce-scatter dp bucket=2", "optimizer"}));
+  EXPECT_EQ(g.ops[3].waits_for.size(), 1u);
+  EXPECT_EQ(g.ops[3].waits_for[0], 0);
   // bucket_range: 10 elements in 3 buckets of ceil(10/3) = 4: [0,4) [4,8) [8,10).
   EXPECT_EQ(bucket_range(10, 3, 2).begin, 8);
   EXPECT_EQ(bucket_range(10, 3, 2).end, 10);

@@ -68,5 +68,18 @@ TEST(Collectives, TreeForSmallMessagesRingForLarge) {
   EXPECT_NEAR(collective_time_s(Collective::kAllReduce, 1e9, 64, link), 126 * 10e-6 + 2 * 63.0 / 64 * 1e9 / 5e9, 1e-12);
 }
 
+// Latency as NCCL's tuner counts it: 64 ranks, 8 per node (stride 1), 8 nodes, 1 us NVLink and
+// 10 us network steps. Ring all-reduce: 126 steps, 2 * 7 = 14 between nodes: 14 * 10 + 112 * 1 =
+// 252 us. Reduce-scatter: 63 steps, 7 between nodes: 70 + 56 = 126 us. Tree: 2 * (7 * 1 + 3 * 10)
+// = 74 us. Bandwidth terms as before (40 GB/s here: 8 NICs of 10 GB/s, halved by the
+// oversubscription of 8 nodes > 4 per leaf).
+TEST(Collectives, OnlyStepsBetweenNodesPayTheNetworkLatency) {
+  const LinkTier link = group_link(round(), place_group(64, 1, 8));
+  ASSERT_DOUBLE_EQ(link.busbw_Bps, 40e9);
+  EXPECT_NEAR(collective_time_s(Collective::kReduceScatter, 0, 64, link), 126e-6, 1e-15);
+  EXPECT_NEAR(tree_allreduce_time_s(0, 64, link), 74e-6, 1e-15);
+  EXPECT_NEAR(collective_time_s(Collective::kAllReduce, 8e9, 64, link), 252e-6 + 2 * 63.0 / 64 * 8e9 / 40e9, 1e-12);
+}
+
 }  // namespace
 }  // namespace parallax
