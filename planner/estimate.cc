@@ -52,7 +52,8 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
                        const EdgeTiming& et) {
   StepReport e;
   const int64_t mbs = plan.micro_batches(), p = plan.pp, v = plan.virtual_stages;
-  const double layers = d(m.layers / p);
+  // The slowest stage sets the pace: with uneven stages, the one with the most layers.
+  const double layers = plan.uneven() ? d(plan.max_chunk_layers(m.layers)) : d(m.layers / p);
   const double overhead = plan.execution.microbatch_overhead_us * 1e-6;
 
   // Pipeline send/recv: the boundary activation (or its gradient), once per chunk per micro-batch.

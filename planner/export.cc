@@ -99,7 +99,9 @@ Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
   arg("--tensor-model-parallel-size", p.tp);
   arg("--pipeline-model-parallel-size", p.pp);
   if (p.schedule == Schedule::kInterleaved)
-    arg("--num-layers-per-virtual-pipeline-stage", p.layers_per_chunk(m.layers));
+    arg("--num-layers-per-virtual-pipeline-stage", p.chunk_layers(m.layers, 0).count);
+  if (p.first_stage_layers > 0) arg("--decoder-first-pipeline-num-layers", p.first_stage_layers);
+  if (p.last_stage_layers > 0) arg("--decoder-last-pipeline-num-layers", p.last_stage_layers);
   if (p.sequence_parallel) a.push_back("--sequence-parallel");
   arg("--micro-batch-size", p.micro_batch);
   arg("--global-batch-size", p.global_batch);
@@ -134,6 +136,9 @@ Result<nlohmann::json> deepspeed_config(const Plan& p) {
     return Error{std::string("--emit deepspeed: DeepSpeed pipelines run 1f1b only, not ") + schedule_name(p.schedule)};
   if (p.sequence_parallel)
     return Error{"--emit deepspeed: Megatron-style sequence parallelism has no DeepSpeed setting"};
+  if (p.uneven())
+    return Error{"--emit deepspeed: first_stage_layers/last_stage_layers have no DeepSpeed config key (its "
+                 "PipelineModule partition_method is set in the model code)"};
   if (p.recompute == Recompute::kSelective)
     return Error{"--emit deepspeed: selective recompute has no DeepSpeed setting (use none or full)"};
   nlohmann::json j;

@@ -53,7 +53,7 @@ MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage
   const double per_layer = layer_activation_bytes(m, ao).total();
   const int64_t passes =
       in_flight >= 0 ? in_flight : in_flight_chunk_passes(plan.schedule, plan.pp, mbs, plan.virtual_stages, stage);
-  double acts = d(passes) * d(plan.layers_per_chunk(m.layers)) * per_layer;
+  double acts = d(passes) * d(plan.chunk_layers(m.layers, stage).count) * per_layer;
   const bool gpipe = plan.schedule == Schedule::kGpipe;
   if (stage == 0) acts += first_stage_extra_activation_bytes(m, ao) * d(gpipe ? mbs : std::min(plan.pp, mbs));
   if (stage == plan.pp - 1) acts += last_stage_extra_activation_bytes(m, ao) * d(gpipe ? mbs : 1);
@@ -74,12 +74,16 @@ MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage
 }
 
 MemoryBreakdown peak_memory(const ModelSpec& m, const Plan& plan, double reserved_bytes) {
-  // Middle stages hold no embedding or logits and no more in-flight activations than stage 0
-  // (in-flight counts fall with the stage index), so the peak is on the first or the last stage.
-  MemoryBreakdown first = stage_memory(m, plan, 0, reserved_bytes);
-  if (plan.pp == 1) return first;
-  MemoryBreakdown last = stage_memory(m, plan, plan.pp - 1, reserved_bytes);
-  return last.total() > first.total() ? last : first;
+  // With equal stages, middle stages hold no embedding or logits and no more in-flight
+  // activations than stage 0 (in-flight counts fall with the stage index), so the peak is on the
+  // first or the last stage; with uneven ones the second stage can exceed a lighter first.
+  MemoryBreakdown peak = stage_memory(m, plan, 0, reserved_bytes);
+  for (int64_t s : {int64_t{1}, plan.pp - 1}) {
+    if (s >= plan.pp || (s == 1 && !plan.uneven())) continue;
+    MemoryBreakdown other = stage_memory(m, plan, s, reserved_bytes);
+    if (other.total() > peak.total()) peak = other;
+  }
+  return peak;
 }
 
 }  // namespace parallax

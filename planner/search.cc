@@ -78,6 +78,20 @@ std::vector<SchedulePick> schedules_for(const ModelSpec& m, int64_t pp) {
   return s;
 }
 
+// Layers that do not divide over pp stages are split as Megatron users do (Llama 3 405B: 126
+// layers on 16 stages as 7 + 14 x 8 + 7): ceil(L / pp) on the middle stages, the rest shared by the
+// first and the last. False when no such split exists.
+bool uneven_split(int64_t layers, int64_t pp, Plan& p) {
+  p.first_stage_layers = p.last_stage_layers = 0;
+  if (layers % pp == 0) return true;
+  if (pp < 2 || layers < pp) return false;
+  const int64_t middle = (layers + pp - 1) / pp, rest = layers - (pp - 2) * middle;
+  if (rest < 2) return false;
+  p.first_stage_layers = rest / 2;
+  p.last_stage_layers = rest - rest / 2;
+  return true;
+}
+
 bool redundant(const Plan& p) {
   // With one DP rank ZeRO shards nothing; only offload (ZeRO-1: optimizer, ZeRO-3: weights too)
   // changes anything.
@@ -102,6 +116,7 @@ class Worker {
     p.seq_len = o_.seq_len;
     p.precision = o_.precision;
     p.execution = o_.execution;
+    if (!uneven_split(m_.layers, pp, p)) return;
     const std::vector<SchedulePick> schedules = schedules_for(m_, pp);
     for (size_t bi = 0; bi < batches.size(); ++bi) {
       p.micro_batch = batches[bi];

@@ -47,7 +47,7 @@ StageReport stage_stats(const Simulation& sim, int64_t s) {
     const double send_s = sim.step.folded_tail_s(s, i);  // a blocking send holds the compute stream
     r.busy_s -= send_s;
     r.exposed_pp_s += send_s;
-    r.tp_s += sim.tp_s(op);
+    r.tp_s += sim.tp_s(op, s);
     r.pipeline_end_s = std::max(r.pipeline_end_s, span.finish_s);
     const double gap = span.start_s - prev_finish;
     prev_finish = span.finish_s + send_s;
@@ -126,11 +126,13 @@ Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const
   Result<Timeline> tl = run_tasks(g, name);
   if (!tl.ok()) return Error{tl.error()};
   sim.timeline = std::move(tl).value();
-  for (OpKind pass : {OpKind::kForward, OpKind::kBackward, OpKind::kWeight}) {
-    ProgramOp op;
-    op.pass = pass;
-    sim.tp_pass_s[static_cast<int>(pass)] = costs.tp_s(op);
-  }
+  sim.tp_pass_s.resize(plan.pp);
+  for (int64_t s = 0; s < plan.pp; ++s)
+    for (OpKind pass : {OpKind::kForward, OpKind::kBackward, OpKind::kWeight}) {
+      ProgramOp op;
+      op.pass = pass;
+      sim.tp_pass_s[s][static_cast<int>(pass)] = costs.tp_s(op, s);
+    }
   for (int64_t s = 0; s < plan.pp; ++s) sim.stages.push_back(stage_stats(sim, s));
   summarise(m, c, sim);
   return sim;
@@ -138,9 +140,10 @@ Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const
 
 nlohmann::json simulation_trace(const Simulation& sim, const nlohmann::json& metadata) {
   nlohmann::json events = nlohmann::json::array();
-  const double pass_bytes = sim.step.program.activation_bytes_per_pass * (sim.plan.precision == Precision::kFp32 ? 2 : 1);
   for (size_t s = 0; s < sim.step.program.stages.size(); ++s) {
     const int pid = static_cast<int>(s);
+    const double pass_bytes = sim.step.program.activation_bytes_per_pass(static_cast<int64_t>(s)) *
+                              (sim.plan.precision == Precision::kFp32 ? 2 : 1);
     add_track_names(events, pid);
     const StageProgram& sp = sim.step.program.stages[s];
     double held = 0;
@@ -154,7 +157,7 @@ nlohmann::json simulation_trace(const Simulation& sim, const nlohmann::json& met
       nlohmann::json e = trace_event(pid, op.stream, op_name(op), span.start_s, span.finish_s - span.start_s);
       if (op.sent_bytes > 0) e["args"] = {{"bytes", op.sent_bytes}};
       events.push_back(std::move(e));
-      const double tp = sim.tp_s(op);
+      const double tp = sim.tp_s(op, static_cast<int64_t>(s));
       if (op.type == ProgramOpType::kCompute && op.bytes > 0)  // the program's rule, as the runtimes'
         events.push_back(trace_event(pid, StreamKind::kTp, tp_event_name(op), span.finish_s - tp, tp));
       if (op.type != ProgramOpType::kCompute) continue;

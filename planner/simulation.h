@@ -7,6 +7,8 @@
 // either.
 #pragma once
 
+#include <array>
+
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -29,15 +31,16 @@ struct StageReport {
 };
 
 struct Simulation {
-  double tp_s(const ProgramOp& op) const {
-    return op.type == ProgramOpType::kCompute ? tp_pass_s[static_cast<int>(op.pass)] : 0.0;
+  double tp_s(const ProgramOp& op, int64_t stage) const {
+    return op.type == ProgramOpType::kCompute ? tp_pass_s[stage][static_cast<int>(op.pass)] : 0.0;
   }
   Plan plan;
   StepReport report;
   std::vector<StageReport> stages;
   LoweredStep step;
   Timeline timeline;
-  double tp_pass_s[3] = {};  // the TP time inside a compute op, by pass (F, B, W): the same on every stage
+  // The TP time inside a compute op, per stage by pass (F, B, W).
+  std::vector<std::array<double, 3>> tp_pass_s;
 };
 
 // Precondition: check_plan(plan, m, c.node.gpus) is ok. Errors: a deadlocked program.

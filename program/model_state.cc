@@ -28,7 +28,8 @@ double stage_params_per_gpu(const ModelSpec& m, const Plan& plan, int64_t stage)
   const LayerParams lp = layer_params(m);
   const EdgeParams e = edge_params(m);
   const double t = d(plan.tp);
-  double params = d(m.layers / plan.pp) * (d(lp.tp_sharded) / t + d(lp.replicated));
+  const int64_t layers = plan.uneven() ? plan.chunk_layers(m.layers, stage).count : m.layers / plan.pp;
+  double params = d(layers) * (d(lp.tp_sharded) / t + d(lp.replicated));
   if (stage == 0) params += d(e.token_embedding) / t + d(e.position_embedding);
   if (stage == plan.pp - 1) {
     params += d(e.final_norm);

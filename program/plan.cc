@@ -1,5 +1,7 @@
 #include "program/plan.h"
 
+#include <algorithm>
+
 #include "models/json_fields.h"
 #include "program/framework.h"
 
@@ -51,6 +53,7 @@ const char* violation_key(Violation v) {
     case Violation::kTpFfn: return "tp_does_not_divide_ffn_hidden";
     case Violation::kTpAcrossNodes: return "tp_larger_than_node";
     case Violation::kLayersPp: return "layers_not_divisible_by_pp_chunks";
+    case Violation::kUnevenStages: return "uneven_stages";
     case Violation::kBatchDivisibility: return "global_batch_not_divisible";
     case Violation::kInterleavedNeedsPp: return "interleaved_needs_pp_and_chunks";
     case Violation::kChunksWithoutInterleaving: return "chunks_without_interleaving";
@@ -77,7 +80,15 @@ Violation first_violation(const Plan& p, const ModelSpec& m, int64_t gpus_per_no
     return Violation::kInterleavedNeedsPp;
   if (p.schedule != Schedule::kInterleaved && p.virtual_stages != 1)
     return Violation::kChunksWithoutInterleaving;
-  if (m.layers % (p.pp * p.virtual_stages) != 0) return Violation::kLayersPp;
+  if (p.uneven()) {
+    if (p.pp < 2 || p.virtual_stages != 1 || p.first_stage_layers < 0 || p.last_stage_layers < 0)
+      return Violation::kUnevenStages;
+    const int64_t set = (p.first_stage_layers > 0) + (p.last_stage_layers > 0), others = p.pp - set;
+    const int64_t rest = m.layers - p.first_stage_layers - p.last_stage_layers;
+    if (rest < others || (others == 0 ? rest != 0 : rest % others != 0)) return Violation::kUnevenStages;
+  } else if (m.layers % (p.pp * p.virtual_stages) != 0) {
+    return Violation::kLayersPp;
+  }
   if (p.global_batch % (p.micro_batch * p.dp) != 0) return Violation::kBatchDivisibility;
   if (p.schedule == Schedule::kInterleaved && p.micro_batches() % p.pp != 0)
     return Violation::kInterleavedMicrobatches;
@@ -107,6 +118,10 @@ std::string describe_violation(Violation v, const Plan& p, const ModelSpec& m, i
     case Violation::kLayersPp:
       return "num_layers " + s(m.layers) + " is not divisible by pp " + s(p.pp) + " x virtual_stages " +
              s(p.virtual_stages);
+    case Violation::kUnevenStages:
+      return "first_stage_layers " + s(p.first_stage_layers) + " and last_stage_layers " + s(p.last_stage_layers) +
+             " need pp >= 2 without interleaving and must leave the other stages an equal share (at least 1) of "
+             "num_layers " + s(m.layers) + " (pp " + s(p.pp) + ")";
     case Violation::kBatchDivisibility:
       return "global_batch " + s(p.global_batch) + " is not divisible by micro_batch " + s(p.micro_batch) +
              " x dp " + s(p.dp) + " (m = B/(b*d) must be an integer)";
@@ -152,6 +167,26 @@ Status check_plan(const Plan& plan, const ModelSpec& model, int64_t gpus_per_nod
   return Error{"invalid plan: " + describe_violation(v, plan, model, gpus_per_node)};
 }
 
+Plan::LayerRange Plan::chunk_layers(int64_t layers, int64_t stage, int64_t chunk) const {
+  if (!uneven()) {
+    const int64_t per = layers / (pp * virtual_stages);
+    return {(chunk * pp + stage) * per, per};
+  }
+  const int64_t set = (first_stage_layers > 0) + (last_stage_layers > 0);
+  const int64_t middle = (layers - first_stage_layers - last_stage_layers) / std::max<int64_t>(pp - set, 1);
+  const int64_t first = first_stage_layers > 0 ? first_stage_layers : middle;
+  const int64_t last = last_stage_layers > 0 ? last_stage_layers : middle;
+  if (stage == 0) return {0, first};
+  if (stage == pp - 1) return {layers - last, last};
+  return {first + (stage - 1) * middle, middle};
+}
+
+int64_t Plan::max_chunk_layers(int64_t layers) const {
+  int64_t most = 0;
+  for (int64_t s : {int64_t{0}, pp / 2, pp - 1}) most = std::max(most, chunk_layers(layers, s).count);
+  return most;
+}
+
 nlohmann::json plan_to_json(const Plan& p) {
   const Execution& e = p.execution;
   return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"zero", p.zero},
@@ -160,6 +195,7 @@ nlohmann::json plan_to_json(const Plan& p) {
           {"recompute", recompute_name(p.recompute)}, {"sequence_parallel", p.sequence_parallel},
           {"precision", precision_name(p.precision)}, {"offload", p.offload},
           {"tp_across_nodes", p.tp_across_nodes},
+          {"first_stage_layers", p.first_stage_layers}, {"last_stage_layers", p.last_stage_layers},
           {"execution",
            {{"framework", e.framework}, {"attention", attention_name(e.attention)},
             {"attention_impl", e.attention_impl}, {"kernels", kernels_name(e.kernels)}, {"selective", selective_name(e.selective)},
@@ -241,6 +277,8 @@ Result<Plan> plan_from_json(const nlohmann::json& j, const std::string& where) {
   p.precision = read_enum(f, "precision", parse_precision, "fp32|bf16|fp16", p.precision);
   p.offload = f.optional_bool("offload", false);
   p.tp_across_nodes = f.optional_bool("tp_across_nodes", false);
+  p.first_stage_layers = f.optional_int("first_stage_layers", 0).value_or(0);
+  p.last_stage_layers = f.optional_int("last_stage_layers", 0).value_or(0);
   f.reject_unknown_keys({"execution"});
   if (!f.ok()) return Error{f.error()};
   if (f.has("execution")) {

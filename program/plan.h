@@ -58,12 +58,24 @@ struct Plan {
   Precision precision = Precision::kBf16;
   bool offload = false;         // optimizer states (and with ZeRO-3 parameters) in host memory
   bool tp_across_nodes = false; // allow a TP group to span nodes
+  // Uneven pipeline stages (Megatron's --decoder-first/last-pipeline-num-layers): layers of the
+  // first and of the last stage; 0 = an equal share. The other stages split the rest evenly.
+  int64_t first_stage_layers = 0, last_stage_layers = 0;
   Execution execution;
 
   int64_t gpus() const { return tp * pp * dp; }
   // m = B / (b * d); only meaningful once the plan is valid.
   int64_t micro_batches() const { return global_batch / (micro_batch * dp); }
-  int64_t layers_per_chunk(int64_t layers) const { return layers / (pp * virtual_stages); }
+  bool uneven() const { return first_stage_layers > 0 || last_stage_layers > 0; }
+  // The layers of `chunk` on pipeline rank `stage`: [first, first + count) of the model's
+  // `layers`. Even: layers / (pp x virtual_stages) each, in virtual-stage order. Only meaningful
+  // once the plan is valid.
+  struct LayerRange {
+    int64_t first = 0, count = 0;
+  };
+  LayerRange chunk_layers(int64_t layers, int64_t stage, int64_t chunk = 0) const;
+  // The most layers any chunk holds: the pipeline's slowest stage.
+  int64_t max_chunk_layers(int64_t layers) const;
 };
 
 const char* schedule_name(Schedule s);
@@ -87,6 +99,7 @@ enum class Violation {
   kTpFfn,                // FFN hidden size not divisible by TP
   kTpAcrossNodes,        // TP group larger than a node
   kLayersPp,             // layers not divisible by PP x chunks
+  kUnevenStages,         // first/last stage layers that leave the other stages no equal share
   kBatchDivisibility,    // B not divisible by b x d
   kInterleavedNeedsPp,   // interleaving with PP 1 or fewer than 2 chunks
   kChunksWithoutInterleaving,

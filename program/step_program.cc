@@ -174,8 +174,8 @@ class StageBuilder {
     const TpTraffic& own = tp_[static_cast<int>(pass.kind)];
     const TpTraffic& w = tp_[static_cast<int>(OpKind::kWeight)];
     const bool with_w = pass.kind == OpKind::kBackward && !split;
-    c.bytes = d(prog_.layers_per_chunk) * (own.count * own.bytes + (with_w ? w.count * w.bytes : 0.0));
-    c.sent_bytes = d(prog_.layers_per_chunk) * (own.sent_bytes + (with_w ? w.sent_bytes : 0.0));
+    c.bytes = d(prog_.chunk_layers[stage_]) * (own.count * own.bytes + (with_w ? w.count * w.bytes : 0.0));
+    c.sent_bytes = d(prog_.chunk_layers[stage_]) * (own.sent_bytes + (with_w ? w.sent_bytes : 0.0));
     c.waits_for = waits;
     c.frees_activations = releases_activations(pass.kind, p_.schedule);
     before_last_compute_ = last_compute_;
@@ -197,7 +197,7 @@ class StageBuilder {
   int32_t add_norm_gradients(int64_t chunk, int32_t micro_batch, int32_t after) {
     const LayerParams lp = layer_params(m_);
     const bool last = virtual_stage(stage_, chunk, p_.pp) == p_.pp * p_.virtual_stages - 1;
-    const double params = d(prog_.layers_per_chunk) * d(lp.replicated) + (last ? d(edge_params(m_).final_norm) : 0.0);
+    const double params = d(prog_.chunk_layers[stage_]) * d(lp.replicated) + (last ? d(edge_params(m_).final_norm) : 0.0);
     ProgramOp n = collective(CollectiveRole::kNormGradients, Collective::kAllReduce, GroupKind::kTp, StreamKind::kDp,
                              params * bytes_per_param(p_).gradients);
     n.chunk = static_cast<int32_t>(chunk), n.micro_batch = micro_batch;
@@ -289,11 +289,12 @@ class StageBuilder {
 }  // namespace
 
 StepProgram build_step_program(const ModelSpec& m, const Plan& plan) {
-  StepProgram prog{plan, RankGrid(plan), {}, plan.layers_per_chunk(m.layers), 0, 0};
+  StepProgram prog{plan, RankGrid(plan), {}, {}, 0, 0};
+  for (int64_t s = 0; s < plan.pp; ++s) prog.chunk_layers.push_back(plan.chunk_layers(m.layers, s).count);
   prog.boundary_bytes = boundary_tensor_bytes(m, plan) / d(plan.tp);  // Megatron's scatter-gather: 1/t per TP rank
   const ActivationOptions ao{plan.seq_len, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute,
                              plan.execution.attention, plan.execution.selective};
-  prog.activation_bytes_per_pass = d(prog.layers_per_chunk) * layer_activation_bytes(m, ao).total();
+  prog.activation_bytes_per_layer = layer_activation_bytes(m, ao).total();
   std::vector<std::vector<PipelineOp>> schedule =
       pipeline_ops(plan.schedule, plan.pp, plan.micro_batches(), plan.virtual_stages);
   for (int64_t s = 0; s < plan.pp; ++s) prog.stages.push_back(StageBuilder(m, prog, s).build(std::move(schedule[s])));

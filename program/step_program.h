@@ -137,9 +137,13 @@ struct StepProgram {
   Plan plan;
   RankGrid grid;
   std::vector<StageProgram> stages;
-  int64_t layers_per_chunk = 0;
+  std::vector<int64_t> chunk_layers;  // per stage: the layers of each of its chunks
   double boundary_bytes = 0;          // one pipeline transfer, per GPU
-  double activation_bytes_per_pass = 0;  // one micro-batch through one chunk's layers
+  double activation_bytes_per_layer = 0;  // one micro-batch through one layer
+  // One micro-batch through one chunk's layers on `stage`.
+  double activation_bytes_per_pass(int64_t stage) const {
+    return static_cast<double>(chunk_layers[stage]) * activation_bytes_per_layer;
+  }
 };
 
 // Precondition: check_plan(plan, m, ...) is ok.

@@ -43,7 +43,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   const RankGrid grid(plan);
   const RankCoords rc = grid.coords(world.rank());
   Result<Transformer> model = Transformer::create(m, static_cast<int>(plan.tp), rc.tp, options.seed,
-                                                  static_cast<int>(plan.pp), rc.pp, static_cast<int>(plan.virtual_stages));
+                                                  static_cast<int>(plan.pp), rc.pp, static_cast<int>(plan.virtual_stages),
+                                                  plan.uneven() ? plan.chunk_layers(m.layers, rc.pp) : Plan::LayerRange{});
   if (!model.ok()) return Error{model.error()};
   model->set_recompute(plan.recompute);
   model->set_sequence_parallel(plan.sequence_parallel);

@@ -32,7 +32,7 @@ int64_t padded_vocab(const ModelSpec& m) {
 }
 
 Result<Transformer> Transformer::create(const ModelSpec& m, int tp, int tp_rank, uint64_t seed, int pp, int pp_rank,
-                                        int chunks) {
+                                        int chunks, Plan::LayerRange stage_layers) {
   Transformer t;
   t.m_ = m;
   t.tp_ = tp;
@@ -40,9 +40,16 @@ Result<Transformer> Transformer::create(const ModelSpec& m, int tp, int tp_rank,
   t.pp_ = pp;
   t.pp_rank_ = pp_rank;
   t.chunks_ = chunks;
-  if (m.layers % (static_cast<int64_t>(pp) * chunks) != 0)
+  if (stage_layers.count > 0) {
+    if (chunks != 1 || stage_layers.first < 0 || stage_layers.first + stage_layers.count > m.layers)
+      return Error{"uneven stage layers need one chunk and a range inside num_layers"};
+    t.layers_per_chunk_ = stage_layers.count;
+    t.first_layer_ = stage_layers.first;
+  } else if (m.layers % (static_cast<int64_t>(pp) * chunks) != 0) {
     return Error{"num_layers " + std::to_string(m.layers) + " is not divisible by pp x chunks"};
-  t.layers_per_chunk_ = m.layers / (static_cast<int64_t>(pp) * chunks);
+  } else {
+    t.layers_per_chunk_ = m.layers / (static_cast<int64_t>(pp) * chunks);
+  }
   t.vocab_padded_ = parallax::padded_vocab(m);
   if (m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp || t.vocab_padded_ % tp)
     return Error{"tp " + std::to_string(tp) + " must divide the heads, KV heads, FFN size and padded vocabulary " +
@@ -77,7 +84,7 @@ Result<Transformer> Transformer::create(const ModelSpec& m, int tp, int tp_rank,
   for (int c = 0; c < chunks; ++c) {
     t.layers_[c].resize(t.layers_per_chunk_);
     for (int64_t l = 0; l < t.layers_per_chunk_; ++l)
-      t.init_layer(t.layers_[c][l], t.virtual_stage(c) * t.layers_per_chunk_ + l, seed);
+      t.init_layer(t.layers_[c][l], (t.first_layer_ >= 0 ? t.first_layer_ : t.virtual_stage(c) * t.layers_per_chunk_) + l, seed);
   }
   return t;
 }

@@ -19,6 +19,7 @@
 #include "models/layer_cost.h"
 #include "models/model_spec.h"
 #include "models/status.h"
+#include "program/plan.h"
 #include "runtime/buffer.h"
 #include "runtime/communicator.h"
 
@@ -52,8 +53,10 @@ class Transformer {
  public:
   // The vocabulary is padded to a multiple of 128 (independent of TP, so every plan trains the
   // same model); errors name the dimension TP does not divide.
+  // `stage_layers`: this stage's layers when the pipeline is uneven (one chunk); count 0 = an
+  // equal share per chunk.
   static Result<Transformer> create(const ModelSpec& m, int tp, int tp_rank, uint64_t seed, int pp = 1,
-                                    int pp_rank = 0, int chunks = 1);
+                                    int pp_rank = 0, int chunks = 1, Plan::LayerRange stage_layers = {});
 
   std::vector<Param*> params();
   // The parameters of one model chunk: its layers, and the embedding (first virtual stage) or the
@@ -124,6 +127,7 @@ class Transformer {
   Recompute recompute_ = Recompute::kNone;
   bool sequence_parallel_ = false;
   int64_t layers_per_chunk_ = 0;
+  int64_t first_layer_ = -1;  // uneven stages: the index of this stage's first layer
   std::vector<std::vector<Layer>> layers_;  // per chunk
   Param wte_, wpe_, lnf_w_, lnf_b_, head_;
 };

@@ -176,7 +176,8 @@ LinkTier group_link(const ClusterSpec& c, const Plan& plan, GroupKind kind) {
 
 OpCosts::OpCosts(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
     : m_(m), c_(c), p_(plan), layer_(layer_timing(m, c, plan)), edge_(edge_timing(m, c, plan)),
-      p2p_(pipeline_transfer(m, c, plan)), layers_(d(plan.layers_per_chunk(m.layers))) {
+      p2p_(pipeline_transfer(m, c, plan)) {
+  for (int64_t s = 0; s < plan.pp; ++s) layers_.push_back(d(plan.chunk_layers(m.layers, s).count));
   const RankGrid grid(plan);
   for (GroupKind k : {GroupKind::kTp, GroupKind::kDp, GroupKind::kPp, GroupKind::kEmbedding}) {
     group_size_[static_cast<int>(k)] = grid.group_size(k);
@@ -186,27 +187,29 @@ OpCosts::OpCosts(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
 
 double OpCosts::compute_s(const ProgramOp& op, int64_t stage) const {
   const int64_t vs = virtual_stage(stage, op.chunk, p_.pp);
+  const double layers = layers_[stage];
   const bool first = vs == 0, last = vs == p_.pp * p_.virtual_stages - 1, split = splits_weight_gradients(p_.schedule);
   switch (op.pass) {
     case OpKind::kForward:
-      return layers_ * layer_.forward_s + (first ? edge_.first_forward_s : 0) + (last ? edge_.last_forward_s : 0) +
+      return layers * layer_.forward_s + (first ? edge_.first_forward_s : 0) + (last ? edge_.last_forward_s : 0) +
              p_.execution.microbatch_overhead_us * 1e-6;
     case OpKind::kBackward:
-      return layers_ * (layer_.backward_input_s + (split ? 0 : layer_.backward_weight_s)) +
+      return layers * (layer_.backward_input_s + (split ? 0 : layer_.backward_weight_s)) +
              (first ? edge_.first_backward_s : 0) +
              (last ? edge_.last_backward_input_s + (split ? 0 : edge_.last_backward_weight_s) : 0);
-    case OpKind::kWeight: return layers_ * layer_.backward_weight_s + (last ? edge_.last_backward_weight_s : 0);
+    case OpKind::kWeight: return layers * layer_.backward_weight_s + (last ? edge_.last_backward_weight_s : 0);
   }
   return 0;
 }
 
-double OpCosts::tp_s(const ProgramOp& op) const {
+double OpCosts::tp_s(const ProgramOp& op, int64_t stage) const {
   if (op.type != ProgramOpType::kCompute) return 0;
+  const double layers = layers_[stage];
   const bool split = splits_weight_gradients(p_.schedule);
   switch (op.pass) {
-    case OpKind::kForward: return layers_ * layer_.tp_forward_s;
-    case OpKind::kBackward: return layers_ * (layer_.tp_backward_input_s + (split ? 0 : layer_.tp_backward_weight_s));
-    case OpKind::kWeight: return layers_ * layer_.tp_backward_weight_s;
+    case OpKind::kForward: return layers * layer_.tp_forward_s;
+    case OpKind::kBackward: return layers * (layer_.tp_backward_input_s + (split ? 0 : layer_.tp_backward_weight_s));
+    case OpKind::kWeight: return layers * layer_.tp_backward_weight_s;
   }
   return 0;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "models/model_spec.h"
 #include "program/plan.h"
@@ -65,7 +66,7 @@ class OpCosts {
   // CTAs), by which it slows the compute beside it; 0 for other ops.
   double sm_share(const ProgramOp& op) const;
   // The TP collective time inside a compute op (part of its duration).
-  double tp_s(const ProgramOp& op) const;
+  double tp_s(const ProgramOp& op, int64_t stage) const;
   const LayerTiming& layer() const { return layer_; }
   const EdgeTiming& edge() const { return edge_; }
 
@@ -78,7 +79,7 @@ class OpCosts {
   LayerTiming layer_;
   EdgeTiming edge_;
   P2pCost p2p_;
-  double layers_ = 0;
+  std::vector<double> layers_;  // per stage: layers of each chunk
   int64_t group_size_[4] = {1, 1, 1, 1};  // by GroupKind
   LinkTier link_[4];
 };

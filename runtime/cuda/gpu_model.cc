@@ -88,7 +88,8 @@ template <class T>
 Result<std::unique_ptr<GpuModel<T>>> GpuModel<T>::configure(const ModelSpec& m, const GpuModelOptions& o,
                                                             cudaStream_t stream) {
   const int64_t tp = o.tp;
-  if (m.layers % o.pp != 0) return Error{"num_layers " + std::to_string(m.layers) + " is not divisible by pp"};
+  if (o.stage_layers.count == 0 && m.layers % o.pp != 0)
+    return Error{"num_layers " + std::to_string(m.layers) + " is not divisible by pp"};
   std::unique_ptr<GpuModel> g(new GpuModel(m, o, stream));
   g->vocab_padded_ = padded_vocab(m);
   if (m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp || g->vocab_padded_ % tp)
@@ -99,8 +100,8 @@ Result<std::unique_ptr<GpuModel<T>>> GpuModel<T>::configure(const ModelSpec& m, 
   g->kv_local_ = m.kv_dim() / tp;
   g->ffn_local_ = m.ffn_hidden / tp;
   g->fc1_local_ = (m.mlp == Mlp::kSwiGlu ? 2 : 1) * g->ffn_local_;
-  g->stage_layers_ = m.layers / o.pp;
-  g->first_layer_ = o.pp_rank * g->stage_layers_;
+  g->stage_layers_ = o.stage_layers.count > 0 ? o.stage_layers.count : m.layers / o.pp;
+  g->first_layer_ = o.stage_layers.count > 0 ? o.stage_layers.first : o.pp_rank * g->stage_layers_;
   g->layout();
   const int64_t multiple = 128 * static_cast<int64_t>(std::max(1, o.shards));
   g->count_ = (g->count_ + multiple - 1) / multiple * multiple;
@@ -136,7 +137,7 @@ template <class T>
 Status GpuModel<T>::initialize() {
   std::vector<float> host(static_cast<size_t>(count_), 0.0f);
   if (o_.exact_init) {
-    Result<Transformer> cpu = Transformer::create(m_, o_.tp, o_.tp_rank, o_.seed, o_.pp, o_.pp_rank, 1);
+    Result<Transformer> cpu = Transformer::create(m_, o_.tp, o_.tp_rank, o_.seed, o_.pp, o_.pp_rank, 1, o_.stage_layers);
     if (!cpu.ok()) return Error{cpu.error()};
     std::vector<Param*> params = cpu->params();
     if (params.size() != tensors_.size()) return Error{"GPU parameter layout differs from the CPU model's"};

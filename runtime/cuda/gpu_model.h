@@ -48,6 +48,7 @@ struct GpuModelOptions {
   // The flat arrays are padded to a multiple of 128 x shards elements, so ZeRO can cut them into
   // `shards` equal, aligned pieces.
   int shards = 1;
+  Plan::LayerRange stage_layers;  // uneven pipelines: this stage's layers; count 0 = m.layers / pp
 };
 
 template <class T>

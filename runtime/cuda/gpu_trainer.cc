@@ -177,7 +177,8 @@ Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
   cu::check(cudaEventCreateWithFlags(&dp_done_, cudaEventDisableTiming), "event");
   cu::check(cudaEventCreateWithFlags(&head_ready_, cudaEventDisableTiming), "event");
   GpuModelOptions mo{tp, coords_.tp, pp, coords_.pp, options_.train.seed, options_.exact_init, plan_.recompute,
-                     plan_.sequence_parallel, plan_.zero == 1 ? dp : 1};
+                     plan_.sequence_parallel, plan_.zero == 1 ? dp : 1,
+                     plan_.uneven() ? plan_.chunk_layers(m_.layers, coords_.pp) : Plan::LayerRange{}};
   Result<std::unique_ptr<GpuModel<T>>> model = GpuModel<T>::create(m_, mo, compute_);
   if (!model.ok()) return Error{model.error()};
   model_ = std::move(model).value();

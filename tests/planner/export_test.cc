@@ -31,6 +31,16 @@ TEST(Megatron, UpstreamSpellings) {
   EXPECT_TRUE(has(*args, "--recompute-granularity full \\\n--recompute-method uniform \\\n--recompute-num-layers 1"));
 }
 
+TEST(Megatron, UnevenStages) {
+  Plan p = plan();
+  p.schedule = Schedule::k1F1B, p.virtual_stages = 1, p.first_stage_layers = 17, p.last_stage_layers = 17;  // 17 + 2 x 23 + 17
+  Result<std::string> args = megatron_arguments(load("llama2-70b"), p);
+  ASSERT_TRUE(args.ok()) << args.error();
+  EXPECT_TRUE(has(*args, "--decoder-first-pipeline-num-layers 17")) << *args;
+  EXPECT_TRUE(has(*args, "--decoder-last-pipeline-num-layers 17")) << *args;
+  EXPECT_FALSE(deepspeed_config(p).ok());
+}
+
 // fp32 gradients are stated to each framework: Megatron's flag, DeepSpeed's accumulation and
 // communication types; DeepSpeed's bucket counts elements, so 40 MiB holds 40 Mi / 4 of them.
 TEST(Export, Fp32Gradients) {

@@ -66,6 +66,32 @@ TEST(Plan, Bf16OptimizerStates) {
   EXPECT_EQ(plan_from_json(plan_to_json(p), "p.json")->execution.bf16_optimizer_states, true);
 }
 
+// Llama 3 405B as Meta split it (126 layers on 16 stages, one layer fewer on the first and the
+// last): 7 + 14 x 8 + 7 = 126; stage 5 holds layers [7 + 4 x 8, +8) = [39, 47).
+TEST(Plan, UnevenStages) {
+  Plan p;
+  p.pp = 16, p.global_batch = 16, p.first_stage_layers = 7, p.last_stage_layers = 7;
+  ModelSpec m = load("llama3.1-405b");
+  ASSERT_EQ(m.layers, 126);
+  EXPECT_TRUE(check_plan(p, m, 8).ok()) << check_plan(p, m, 8).error();
+  EXPECT_EQ(p.chunk_layers(126, 0).count, 7);
+  EXPECT_EQ(p.chunk_layers(126, 5).first, 39);
+  EXPECT_EQ(p.chunk_layers(126, 5).count, 8);
+  EXPECT_EQ(p.chunk_layers(126, 15).first, 119);
+  EXPECT_EQ(p.max_chunk_layers(126), 8);
+  // Only the first given: the other 15 stages share 126 - 6 = 120 as 8 each.
+  p.last_stage_layers = 0, p.first_stage_layers = 6;
+  EXPECT_EQ(p.chunk_layers(126, 15).count, 8);
+  EXPECT_EQ(plan_from_json(plan_to_json(p), "p.json")->first_stage_layers, 6);
+  p.first_stage_layers = 5;  // 121 over 15 stages
+  EXPECT_EQ(check_plan(p, m, 8).error(),
+            "invalid plan: first_stage_layers 5 and last_stage_layers 0 need pp >= 2 without interleaving and must "
+            "leave the other stages an equal share (at least 1) of num_layers 126 (pp 16)");
+  // Even splits keep their own rule and message.
+  p.first_stage_layers = 0;
+  EXPECT_EQ(check_plan(p, m, 8).error(), "invalid plan: num_layers 126 is not divisible by pp 16 x virtual_stages 1");
+}
+
 TEST(Plan, ValidPlanPasses) { EXPECT_TRUE(check_plan(base(), load("llama2-70b"), 8).ok()); }
 
 // Each constraint, with the line the user sees.

@@ -26,6 +26,7 @@ struct Layout {
   int zero = 0;
   const char* recompute = "none";
   bool sp = false;
+  int first_stage_layers = 0, last_stage_layers = 0;
   int ranks() const { return tp * pp * dp; }
 };
 
@@ -34,7 +35,9 @@ std::string write_plan(const Layout& l) {
   std::ofstream(path) << nlohmann::json{{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero", l.zero},
                                         {"micro_batch", l.micro_batch}, {"global_batch", 8}, {"seq_len", 16},
                                         {"schedule", l.schedule}, {"virtual_stages", l.chunks}, {"recompute", l.recompute},
-                                        {"sequence_parallel", l.sp}, {"precision", "fp32"}}
+                                        {"sequence_parallel", l.sp}, {"precision", "fp32"},
+                                        {"first_stage_layers", l.first_stage_layers},
+                                        {"last_stage_layers", l.last_stage_layers}}
                              .dump();
   return path;
 }
@@ -119,6 +122,16 @@ TEST(Equivalence, ZeroBubbleH1) {
   for (int pp : {2, 4})
     for (int micro_batch : {1, 2, 8}) expect_same_training("tiny-gpt", {1, pp, 1, micro_batch, "zb-h1"});
   for (int micro_batch : {1, 8}) expect_same_training("tiny-gpt-8l", {1, 8, 1, micro_batch, "zb-h1"});
+}
+
+// Uneven stages (Megatron's first/last stage layer counts): 8 layers as 1 + 3 + 3 + 1 and 2 + 4 + 2.
+TEST(Equivalence, UnevenStages) {
+  Layout four{1, 4, 1, 1, "1f1b"};
+  four.first_stage_layers = four.last_stage_layers = 1;
+  expect_same_training("tiny-gpt-8l", four);
+  Layout three{1, 3, 2, 1, "zb-h1", 1, 1};
+  three.first_stage_layers = three.last_stage_layers = 2;
+  expect_same_training("tiny-gpt-8l", three);
 }
 
 // Nemotron: squared-ReLU MLP, partial rotary (half of each head), LayerNorm with GQA.
