@@ -26,10 +26,13 @@ bench: build
 	$(BUILD)/bin/planner_bench
 	$(BUILD)/bin/simulator_bench
 
-# The published training runs of ../shared/validation, predicted and compared row by row.
-VALIDATION_RUNS ?= ../shared/validation/published-runs.json
+# The published training runs (bench/validation), predicted and compared row by row, with the
+# per-source table bench/validation/README.md shows; `make validate PIN=1` re-pins the errors the
+# Validation.PublishedRuns test holds.
+VALIDATION_RUNS ?= bench/validation/published-runs.json
 validate: build
-	python3 bench/validation/published_runs.py $(BUILD)/bin/simulate $(VALIDATION_RUNS) $(BUILD)/validation.json
+	python3 bench/validation/published_runs.py $(BUILD)/bin/simulate $(VALIDATION_RUNS) $(BUILD)/validation.json \
+	  --table $(BUILD)/validation.md $(if $(PIN),--pin bench/validation/expected-errors.json)
 
 # libFuzzer targets for the model, cluster, plan and trace readers, FUZZ_SECONDS each.
 fuzz:

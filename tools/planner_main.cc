@@ -29,7 +29,11 @@ std::vector<std::string> row(size_t rank, const RankedPlan& r, const ClusterSpec
   const Plan& p = r.plan;
   const StepReport& e = r.report;
   const double comm_gb = (e.comm_bytes_per_gpu.tp + e.comm_bytes_per_gpu.pp + e.comm_bytes_per_gpu.dp) / 1e9;
-  return {std::to_string(rank), std::to_string(p.tp), std::to_string(p.pp), std::to_string(p.dp),
+  // Uneven stages show their first and last stage's layers: "16 (7..7)".
+  const std::string pp = std::to_string(p.pp) + (p.uneven() ? " (" + std::to_string(p.first_stage_layers) + ".." +
+                                                                    std::to_string(p.last_stage_layers) + ")"
+                                                              : "");
+  return {std::to_string(rank), std::to_string(p.tp), pp, std::to_string(p.dp),
           std::to_string(p.zero) + (p.offload ? "+off" : ""), std::to_string(p.micro_batch), schedule_cell(p),
           recompute_name(p.recompute), p.sequence_parallel ? "yes" : "no", cli::fixed(e.step_time_s, 3),
           cli::fixed(e.tokens_per_s, 0), cli::fixed(100 * e.mfu, 1), cli::fixed(e.peak_memory_bytes / kGiB, 1),

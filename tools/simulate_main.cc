@@ -202,6 +202,10 @@ int run(int argc, char** argv) {
   if (!e.fits_in_memory)
     cli::warn("plan does not fit in GPU memory: peak " + cli::fixed(e.peak_memory_bytes / kGiB, 1) + " GiB > " +
               cli::fixed(c.gpu.hbm_gib, 1) + " GiB");
+  else if (e.peak_memory_bytes > 0.9 * c.gpu.hbm_bytes())
+    cli::warn("peak " + cli::fixed(e.peak_memory_bytes / kGiB, 1) + " GiB is within 10% of the " +
+              cli::fixed(c.gpu.hbm_gib, 1) + " GiB of HBM: allocator fragmentation beyond the " +
+              cli::fixed(100 * plan.execution.allocator_margin, 0) + "% margin priced could exceed it");
   if (!e.fits_in_host_memory) cli::warn("offloaded state does not fit in host memory");
   if (o.format == "json") {
     nlohmann::json j = evaluation_to_json(m, plan, e);

@@ -1,9 +1,14 @@
-# Predicts every row of the shared published-runs.json with a `simulate` binary and prints the
-# signed and absolute error per row, per source set and overall. No constant is fitted here: each
-# row's plan is read as published, priced as its framework runs it (a framework profile, named
-# settings with their sources: program/framework.cc), on the bundled cluster of its hardware.
-#   python3 bench/validation/published_runs.py build/bin/simulate ../shared/validation/published-runs.json out.json [table.md]
-import collections, json, os, subprocess, sys, tempfile
+# Predicts every row of published-runs.json (published, measured training runs; a copy of the
+# shared validation set) with a `simulate` binary and prints the signed error per row and the
+# mean, MAPE and worst error per source set and overall. No constant is fitted here: each row's
+# plan is read as published, priced as its framework runs it (a framework profile: named settings
+# with their sources, program/framework.cc, plus the row's own recipe settings below), on the
+# bundled cluster of its hardware.
+#   python3 bench/validation/published_runs.py SIMULATE RUNS.json OUT.json [--table T.md]
+#       [--pin EXPECTED.json | --check EXPECTED.json]
+# --check fails (exit 1) when a row's error moves by more than 0.5 points from EXPECTED, a row
+# stops being expressible, or a run that ran is predicted not to fit; --pin rewrites EXPECTED.
+import argparse, collections, json, os, subprocess, sys, tempfile
 
 def framework(r):
     f = r['framework']
@@ -40,8 +45,11 @@ def plan(r):
             'sequence_parallel': bool(r['sequence_parallel']), 'precision': 'bf16', 'execution': execution}
 
 def main():
-    binary, runs, result = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
-    table = sys.argv[4] if len(sys.argv) > 4 else None
+    ap = argparse.ArgumentParser()
+    ap.add_argument('simulate'); ap.add_argument('runs'); ap.add_argument('out')
+    ap.add_argument('--table'); ap.add_argument('--pin'); ap.add_argument('--check')
+    a = ap.parse_args()
+    binary, runs, result, table = os.path.abspath(a.simulate), a.runs, a.out, a.table
     rows = json.load(open(runs))['rows']
     tmp = tempfile.mkdtemp()
     out = {}
@@ -61,6 +69,24 @@ def main():
         out[r['id']] = entry
     json.dump(out, open(result, 'w'), indent=1)
     report(out, table)
+    if a.pin:
+        json.dump({k: round(e['error_pct'], 2) for k, e in out.items() if 'error_pct' in e}, open(a.pin, 'w'), indent=1)
+    if a.check:
+        sys.exit(check(out, json.load(open(a.check))))
+
+def check(out, expected):
+    bad = []
+    for key, want in expected.items():
+        e = out.get(key, {})
+        if 'error_pct' not in e:
+            bad.append(f"{key}: no longer expressible ({e.get('error', 'missing')})")
+        elif abs(e['error_pct'] - want) > 0.5:
+            bad.append(f"{key}: error {e['error_pct']:+.1f}% moved from the pinned {want:+.1f}%")
+        elif not e['fits']:
+            bad.append(f"{key}: a run that ran is predicted not to fit ({e['peak_gib']:.1f} GiB)")
+    for line in bad: print('check: ' + line, file=sys.stderr)
+    if bad: print('check: if the change is intended, re-pin with --pin and report the new errors', file=sys.stderr)
+    return 1 if bad else 0
 
 def report(out, table):
     lines = ['| run | framework | cluster | measured s | predicted s | error | fits |', '|---|---|---|---:|---:|---:|---|']
