@@ -86,9 +86,14 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const ModelStateBytesPerParam bpp = bytes_per_param(plan);
   const double grads = params * bpp.gradients, weights = params * bpp.weights;
   const LinkTier dpl = group_link(c, plan, GroupKind::kDp);
-  const int64_t n = plan.dp;
+  const int64_t n = plan.shard_degree(), replicas = plan.dp / n;
   auto time = [&](Collective op, double bytes) { return collective_time_s(op, bytes, n, dpl); };
   auto sent = [&](Collective op, double bytes) { return collective_bytes_per_rank(op, bytes, n); };
+  // Hybrid sharding: each reduce-scatter's shard is then all-reduced over the replicas.
+  const LinkTier rl = group_link(c, plan, GroupKind::kDpReplica);
+  const double shard_grads = grads / d(n);
+  const double replica_s = plan.zero >= 1 ? collective_time_s(Collective::kAllReduce, shard_grads, replicas, rl) : 0.0;
+  const double replica_sent = plan.zero >= 1 ? collective_bytes_per_rank(Collective::kAllReduce, shard_grads, replicas) : 0.0;
   const double window = slowest.b + slowest.w;
   const double fm = d(mbs);
   switch (plan.zero) {
@@ -97,20 +102,20 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
       e.comm_bytes_per_gpu.dp = sent(Collective::kAllReduce, grads);
       break;
     case 1:  // reduce-scatter gradients once, all-gather updated weights after the step
-      e.dp_exposed_s = exposed_reduction(time(Collective::kReduceScatter, grads), window, grads, plan) +
+      e.dp_exposed_s = exposed_reduction(time(Collective::kReduceScatter, grads) + replica_s, window, grads, plan) +
                        time(Collective::kAllGather, weights);
-      e.comm_bytes_per_gpu.dp = sent(Collective::kReduceScatter, grads) + sent(Collective::kAllGather, weights);
+      e.comm_bytes_per_gpu.dp = sent(Collective::kReduceScatter, grads) + replica_sent + sent(Collective::kAllGather, weights);
       break;
     case 2:  // gradients are sharded, so every micro-batch's are reduce-scattered
-      e.dp_exposed_s = fm * exposed_reduction(time(Collective::kReduceScatter, grads), window, grads, plan) +
+      e.dp_exposed_s = fm * exposed_reduction(time(Collective::kReduceScatter, grads) + replica_s, window, grads, plan) +
                        time(Collective::kAllGather, weights);
-      e.comm_bytes_per_gpu.dp = fm * sent(Collective::kReduceScatter, grads) + sent(Collective::kAllGather, weights);
+      e.comm_bytes_per_gpu.dp = fm * (sent(Collective::kReduceScatter, grads) + replica_sent) + sent(Collective::kAllGather, weights);
       break;
     default: {  // 3: gather weights for forward and for backward, prefetched while the previous op runs
       const double ag = time(Collective::kAllGather, weights);
       e.dp_exposed_s = fm * (std::max(0.0, ag - slowest.f) + std::max(0.0, ag - window) +
-                             exposed_reduction(time(Collective::kReduceScatter, grads), window, grads, plan));
-      e.comm_bytes_per_gpu.dp = fm * (2 * sent(Collective::kAllGather, weights) + sent(Collective::kReduceScatter, grads));
+                             exposed_reduction(time(Collective::kReduceScatter, grads) + replica_s, window, grads, plan));
+      e.comm_bytes_per_gpu.dp = fm * (2 * sent(Collective::kAllGather, weights) + sent(Collective::kReduceScatter, grads) + replica_sent);
     }
   }
 

@@ -110,6 +110,9 @@ Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
   if (p.precision == Precision::kBf16) a.push_back("--bf16");
   if (p.precision == Precision::kFp16) a.push_back("--fp16");
   if (p.zero == 1) a.push_back("--use-distributed-optimizer");
+  // Hybrid sharding: Megatron-Core's distributed optimizer sharded within each of N instances and
+  // all-reduced across them.
+  if (p.hybrid_sharding()) arg("--num-distributed-optimizer-instances", p.dp / p.shard_degree());
   if (p.offload) {
     a.push_back("--optimizer-cpu-offload");
   }
@@ -136,6 +139,8 @@ Result<nlohmann::json> deepspeed_config(const Plan& p) {
     return Error{std::string("--emit deepspeed: DeepSpeed pipelines run 1f1b only, not ") + schedule_name(p.schedule)};
   if (p.sequence_parallel)
     return Error{"--emit deepspeed: Megatron-style sequence parallelism has no DeepSpeed setting"};
+  if (p.hybrid_sharding() && p.zero != 3)
+    return Error{"--emit deepspeed: hybrid sharding (dp_shard) exists in DeepSpeed only for ZeRO-3 (MiCS)"};
   if (p.uneven())
     return Error{"--emit deepspeed: first_stage_layers/last_stage_layers have no DeepSpeed config key (its "
                  "PipelineModule partition_method is set in the model code)"};
@@ -159,6 +164,7 @@ Result<nlohmann::json> deepspeed_config(const Plan& p) {
   nlohmann::json zero = {{"stage", p.zero},
                          {"overlap_comm", p.execution.overlap_grad_reduce},
                          {"reduce_bucket_size", static_cast<int64_t>(bucket_elements)}};
+  if (p.hybrid_sharding()) zero["mics_shard_size"] = p.shard_degree();  // MiCS: shard within, replicate across
   if (p.offload) {
     zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
     if (p.zero == 3) zero["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};

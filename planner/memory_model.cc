@@ -34,7 +34,7 @@ MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage
   MemoryBreakdown mem;
   const ModelStateBytesPerParam bpp = bytes_per_param(plan);
   const double params = stage_params_per_gpu(m, plan, stage);
-  const double dp = d(plan.dp);
+  const double dp = d(plan.shard_degree());
   mem.weights = params * bpp.weights / (plan.zero >= 3 ? dp : 1.0);
   mem.gradients = params * bpp.gradients / (plan.zero >= 2 ? dp : 1.0);
   mem.optimizer = params * bpp.optimizer / (plan.zero >= 1 ? dp : 1.0);

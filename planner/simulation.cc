@@ -71,7 +71,9 @@ CommBytes comm_bytes(const Simulation& sim) {
       if (op.type == ProgramOpType::kCompute) b.tp += op.sent_bytes;
       else if (op.type == ProgramOpType::kSend) b.pp += op.sent_bytes;
       else if (op.type == ProgramOpType::kCollective)
-        (op.group == GroupKind::kTp ? b.tp : op.group == GroupKind::kDp ? b.dp : b.pp) += op.sent_bytes;
+        (op.group == GroupKind::kTp                                         ? b.tp
+         : op.group == GroupKind::kDp || op.group == GroupKind::kDpReplica ? b.dp
+                                                                            : b.pp) += op.sent_bytes;
     }
     worst.tp = std::max(worst.tp, b.tp);
     worst.pp = std::max(worst.pp, b.pp);

@@ -9,6 +9,7 @@ const char* kMegatron2022 = "NVIDIA/Megatron-LM@189e72a7 (2022-07)";
 const char* kDgxc = "NVIDIA/dgxc-benchmarking@35a9aecc (v24.11.1) nemotron/*.yaml, nemo_megatron/gpt3_175b_hydra.yaml";
 const char* kTitan = "pytorch/torchtitan@9dec370";
 const char* kFms = "foundation-model-stack/fms-fsdp@5a296af";
+const char* kDeepSpeed = "microsoft/DeepSpeed@38327e07";
 
 FrameworkProfile megatron() {
   FrameworkProfile p{"megatron", "Megatron-LM with Megatron-Core and Transformer Engine, default arguments", {}, {}};
@@ -73,6 +74,21 @@ FrameworkProfile fsdp() {
   return p;
 }
 
+FrameworkProfile deepspeed() {
+  FrameworkProfile p{"deepspeed", "DeepSpeed ZeRO with bf16 around a PyTorch (Hugging Face) model, default config", {}, {}};
+  Execution& e = p.execution;
+  e.kernels = KernelFusion::kEager;
+  e.attention_impl = "fa2";
+  e.dp_bucket_mib = 5e8 * 2 / 1048576.0;  // reduce_bucket_size 5e8 bf16 elements
+  p.settings = {
+      {"kernels", "eager", std::string(kDeepSpeed) + ": DeepSpeed runs the user's module unfused (Megatron-DeepSpeed brings Megatron's fused kernels)"},
+      {"attention_impl", "fa2", "Hugging Face models' SDPA flash backend is FlashAttention-2 (PyTorch 2.2 release notes)"},
+      {"dp_bucket_mib", "953.7", std::string(kDeepSpeed) + " deepspeed/runtime/zero/config.py: reduce_bucket_size 5e8 elements"},
+      {"overlap_grad_reduce", "false", std::string(kDeepSpeed) + " deepspeed/runtime/zero/config.py: overlap_comm defaults to stage == 3 (ZeRO-3's reduce-scatters are priced per micro-batch by its program)"},
+      {"fp32_gradients", "false", std::string(kDeepSpeed) + " deepspeed/runtime/engine.py: with bf16 and ZeRO >= 1 gradients accumulate and reduce in bf16 (stage 0 accumulates in fp32 but communicates in bf16)"}};
+  return p;
+}
+
 FrameworkProfile torchtitan() {
   FrameworkProfile p{"torchtitan", "torchtitan: FSDP2 per TransformerBlock, eager kernels unless compiled, op-level selective checkpointing", {}, {}};
   Execution& e = p.execution;
@@ -93,10 +109,12 @@ FrameworkProfile torchtitan() {
 
 }  // namespace
 
-std::vector<std::string> framework_names() { return {"megatron", "megatron-2022", "nemo", "fsdp", "torchtitan"}; }
+std::vector<std::string> framework_names() {
+  return {"megatron", "megatron-2022", "nemo", "deepspeed", "fsdp", "torchtitan"};
+}
 
 Result<FrameworkProfile> framework_profile(const std::string& name) {
-  for (FrameworkProfile (*make)() : {megatron, megatron_2022, nemo, fsdp, torchtitan}) {
+  for (FrameworkProfile (*make)() : {megatron, megatron_2022, nemo, deepspeed, fsdp, torchtitan}) {
     FrameworkProfile p = make();
     if (p.name == name) {
       p.execution.framework = name;

@@ -26,7 +26,7 @@ struct FrameworkProfile {
   std::vector<FrameworkSetting> settings;
 };
 
-// Names of the bundled profiles: megatron, megatron-2022, nemo, fsdp, torchtitan.
+// Names of the bundled profiles: megatron, megatron-2022, nemo, deepspeed, fsdp, torchtitan.
 std::vector<std::string> framework_names();
 // The profile called `name`, or an error naming the known ones.
 Result<FrameworkProfile> framework_profile(const std::string& name);

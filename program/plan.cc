@@ -54,6 +54,7 @@ const char* violation_key(Violation v) {
     case Violation::kTpAcrossNodes: return "tp_larger_than_node";
     case Violation::kLayersPp: return "layers_not_divisible_by_pp_chunks";
     case Violation::kUnevenStages: return "uneven_stages";
+    case Violation::kHybridSharding: return "hybrid_sharding";
     case Violation::kBatchDivisibility: return "global_batch_not_divisible";
     case Violation::kInterleavedNeedsPp: return "interleaved_needs_pp_and_chunks";
     case Violation::kChunksWithoutInterleaving: return "chunks_without_interleaving";
@@ -90,6 +91,8 @@ Violation first_violation(const Plan& p, const ModelSpec& m, int64_t gpus_per_no
     return Violation::kLayersPp;
   }
   if (p.global_batch % (p.micro_batch * p.dp) != 0) return Violation::kBatchDivisibility;
+  if (p.dp_shard < 0 || (p.dp_shard > 0 && (p.dp % p.dp_shard != 0 || (p.zero < 1 && p.dp_shard < p.dp))))
+    return Violation::kHybridSharding;
   if (p.schedule == Schedule::kInterleaved && p.micro_batches() % p.pp != 0)
     return Violation::kInterleavedMicrobatches;
   if (p.sequence_parallel && p.tp < 2) return Violation::kSequenceParallelNeedsTp;
@@ -122,6 +125,8 @@ std::string describe_violation(Violation v, const Plan& p, const ModelSpec& m, i
       return "first_stage_layers " + s(p.first_stage_layers) + " and last_stage_layers " + s(p.last_stage_layers) +
              " need pp >= 2 without interleaving and must leave the other stages an equal share (at least 1) of "
              "num_layers " + s(m.layers) + " (pp " + s(p.pp) + ")";
+    case Violation::kHybridSharding:
+      return "dp_shard " + s(p.dp_shard) + " must divide dp " + s(p.dp) + " and needs zero >= 1 (zero " + s(p.zero) + ")";
     case Violation::kBatchDivisibility:
       return "global_batch " + s(p.global_batch) + " is not divisible by micro_batch " + s(p.micro_batch) +
              " x dp " + s(p.dp) + " (m = B/(b*d) must be an integer)";
@@ -196,6 +201,7 @@ nlohmann::json plan_to_json(const Plan& p) {
           {"precision", precision_name(p.precision)}, {"offload", p.offload},
           {"tp_across_nodes", p.tp_across_nodes},
           {"first_stage_layers", p.first_stage_layers}, {"last_stage_layers", p.last_stage_layers},
+          {"dp_shard", p.dp_shard},
           {"execution",
            {{"framework", e.framework}, {"attention", attention_name(e.attention)},
             {"attention_impl", e.attention_impl}, {"kernels", kernels_name(e.kernels)}, {"selective", selective_name(e.selective)},
@@ -279,6 +285,7 @@ Result<Plan> plan_from_json(const nlohmann::json& j, const std::string& where) {
   p.tp_across_nodes = f.optional_bool("tp_across_nodes", false);
   p.first_stage_layers = f.optional_int("first_stage_layers", 0).value_or(0);
   p.last_stage_layers = f.optional_int("last_stage_layers", 0).value_or(0);
+  p.dp_shard = f.optional_int("dp_shard", 0).value_or(0);
   f.reject_unknown_keys({"execution"});
   if (!f.ok()) return Error{f.error()};
   if (f.has("execution")) {

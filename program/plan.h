@@ -61,9 +61,16 @@ struct Plan {
   // Uneven pipeline stages (Megatron's --decoder-first/last-pipeline-num-layers): layers of the
   // first and of the last stage; 0 = an equal share. The other stages split the rest evenly.
   int64_t first_stage_layers = 0, last_stage_layers = 0;
+  // Hybrid sharding (HSDP, FSDP's HYBRID_SHARD): ZeRO shards over groups of dp_shard consecutive
+  // DP ranks and each shard's gradients are then all-reduced over the dp / dp_shard replicas.
+  // 0 = shard over all of DP.
+  int64_t dp_shard = 0;
   Execution execution;
 
   int64_t gpus() const { return tp * pp * dp; }
+  // The DP ranks ZeRO shards over: dp_shard, or all of DP.
+  int64_t shard_degree() const { return dp_shard > 0 ? dp_shard : dp; }
+  bool hybrid_sharding() const { return shard_degree() < dp; }
   // m = B / (b * d); only meaningful once the plan is valid.
   int64_t micro_batches() const { return global_batch / (micro_batch * dp); }
   bool uneven() const { return first_stage_layers > 0 || last_stage_layers > 0; }
@@ -100,6 +107,7 @@ enum class Violation {
   kTpAcrossNodes,        // TP group larger than a node
   kLayersPp,             // layers not divisible by PP x chunks
   kUnevenStages,         // first/last stage layers that leave the other stages no equal share
+  kHybridSharding,       // dp_shard that does not divide DP, or without ZeRO
   kBatchDivisibility,    // B not divisible by b x d
   kInterleavedNeedsPp,   // interleaving with PP 1 or fewer than 2 chunks
   kChunksWithoutInterleaving,

@@ -4,10 +4,11 @@
 
 namespace parallax {
 
-RankGrid::RankGrid(int64_t tp, int64_t dp, int64_t pp)
-    : tp_(static_cast<int>(tp)), dp_(static_cast<int>(dp)), pp_(static_cast<int>(pp)) {}
+RankGrid::RankGrid(int64_t tp, int64_t dp, int64_t pp, int64_t dp_shard)
+    : tp_(static_cast<int>(tp)), dp_(static_cast<int>(dp)), pp_(static_cast<int>(pp)),
+      shard_(static_cast<int>(dp_shard > 0 ? dp_shard : dp)) {}
 
-RankGrid::RankGrid(const Plan& plan) : RankGrid(plan.tp, plan.dp, plan.pp) {}
+RankGrid::RankGrid(const Plan& plan) : RankGrid(plan.tp, plan.dp, plan.pp, plan.dp_shard) {}
 
 RankCoords RankGrid::coords(int rank) const { return {rank % tp_, (rank / tp_) % dp_, rank / (tp_ * dp_)}; }
 
@@ -15,7 +16,8 @@ GroupMembership RankGrid::group(GroupKind kind, int rank) const {
   const RankCoords c = coords(rank);
   switch (kind) {
     case GroupKind::kTp: return {rank / tp_, c.tp};
-    case GroupKind::kDp: return {c.pp * tp_ + c.tp, c.dp};
+    case GroupKind::kDp: return {(c.pp * (dp_ / shard_) + c.dp / shard_) * tp_ + c.tp, c.dp % shard_};
+    case GroupKind::kDpReplica: return {(c.pp * shard_ + c.dp % shard_) * tp_ + c.tp, c.dp / shard_};
     case GroupKind::kPp: return {c.dp * tp_ + c.tp, c.pp};
     case GroupKind::kEmbedding: {
       const bool ends = pp_ > 1 && (c.pp == 0 || c.pp == pp_ - 1);
@@ -31,6 +33,7 @@ int64_t RankGrid::stride(GroupKind kind) const {
     case GroupKind::kDp: return tp_;
     case GroupKind::kPp: return static_cast<int64_t>(tp_) * dp_;
     case GroupKind::kEmbedding: return static_cast<int64_t>(tp_) * dp_ * (pp_ > 1 ? pp_ - 1 : 1);
+    case GroupKind::kDpReplica: return static_cast<int64_t>(tp_) * shard_;
   }
   return 1;
 }
@@ -38,7 +41,8 @@ int64_t RankGrid::stride(GroupKind kind) const {
 int64_t RankGrid::group_size(GroupKind kind) const {
   switch (kind) {
     case GroupKind::kTp: return tp_;
-    case GroupKind::kDp: return dp_;
+    case GroupKind::kDp: return shard_;
+    case GroupKind::kDpReplica: return dp_ / shard_;
     case GroupKind::kPp: return pp_;
     case GroupKind::kEmbedding: return pp_ > 1 ? 2 : 1;
   }

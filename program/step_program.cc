@@ -38,6 +38,8 @@ std::string op_name(const ProgramOp& op) {
     case CollectiveRole::kNormGradients:
       return coll + " tp norms " + (op.micro_batch >= 0 ? mb_chunk(op) : "chunk=" + std::to_string(op.chunk));
     case CollectiveRole::kEmbedding: return coll + " embedding";
+    case CollectiveRole::kReplicaReduce:
+      return coll + " dp-replica " + (op.bucket >= 0 ? bucket : mb_chunk(op));
     case CollectiveRole::kNone: break;
   }
   return coll;
@@ -207,6 +209,18 @@ class StageBuilder {
 
   bool sp_norms() const { return p_.sequence_parallel && p_.tp > 1; }
 
+  // Hybrid sharding: the shard reduce-scattered by op `rs` is all-reduced over the replicas.
+  // Returns the op the reduction ends with.
+  int32_t add_replica_reduce(int32_t rs) {
+    if (!p_.hybrid_sharding()) return rs;
+    const ProgramOp& from = out_.ops[rs];
+    ProgramOp r = collective(CollectiveRole::kReplicaReduce, Collective::kAllReduce, GroupKind::kDpReplica,
+                             StreamKind::kDp, from.bytes / d(p_.shard_degree()));
+    r.micro_batch = from.micro_batch, r.chunk = from.chunk, r.bucket = from.bucket;
+    r.waits_for = {rs};
+    return add(std::move(r));
+  }
+
   // ZeRO-2/3: each releasing op's gradients are reduce-scattered into the shards right away.
   void add_shard_reduction(const PipelineOp& pass, int32_t compute) {
     OpWaits waits = {compute};
@@ -216,7 +230,7 @@ class StageBuilder {
                               StreamKind::kDp, stage_grad_bytes_);
     rs.micro_batch = pass.micro_batch, rs.chunk = pass.chunk;
     rs.waits_for = waits;
-    const int32_t id = add(std::move(rs));
+    const int32_t id = add_replica_reduce(add(std::move(rs)));
     if (!p_.execution.overlap_grad_reduce) blocking_.push_back(id);
   }
 
@@ -243,7 +257,8 @@ class StageBuilder {
       b.first_wait_fraction = p_.execution.overlap_grad_reduce ? static_cast<float>(d(k + 1) / d(buckets_)) : 1.0f;
       if (k == buckets_ - 1)
         for (int32_t op : prior) b.waits_for.push_back(op);
-      add(std::move(b));
+      if (p_.zero >= 1) add_replica_reduce(add(std::move(b)));
+      else add(std::move(b));
     }
   }
 

@@ -50,6 +50,7 @@ enum class CollectiveRole : uint8_t {
   kWeightGather,    // DP, ZeRO-3: all-gather the stage's weights before pass (mb, chunk)
   kNormGradients,   // TP with SP: all-reduce the norm weights' partial gradients of `chunk`
   kEmbedding,       // first + last stage: all-reduce the tied embedding's gradient
+  kReplicaReduce,   // hybrid sharding: all-reduce a reduced gradient shard over the DP replicas
 };
 
 // The earlier ops (indices in the stage's list) an op waits for: at most four (a compute op: its

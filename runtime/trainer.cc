@@ -23,6 +23,7 @@ Status check_runtime_support(const ModelSpec& m, const Plan& p) {
   if (p.offload) return no("offload");
   if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
     return no(std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)");
+  if (p.hybrid_sharding()) return no("hybrid sharding (dp_shard " + std::to_string(p.dp_shard) + " < dp)");
   if (p.execution.overlap_param_gather) return no("execution.overlap_param_gather (it gathers weights after the optimizer)");
   return Status::Ok();
 }
@@ -185,6 +186,7 @@ void Trainer::collective(const ProgramOp& op) {
       if (mine) embedding_->all_reduce(mine->grad.data(), static_cast<int64_t>(mine->grad.size()), ReduceOp::kSum);
       return;
     }
+    case CollectiveRole::kReplicaReduce:  // hybrid sharding is refused by check_runtime_support
     case CollectiveRole::kNone: return;
   }
 }

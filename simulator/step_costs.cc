@@ -147,7 +147,7 @@ EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& pla
 }
 
 double optimizer_step_s(const ClusterSpec& c, const Plan& plan, double stage_params) {
-  const double local = stage_params / (plan.zero >= 1 ? d(plan.dp) : 1.0);
+  const double local = stage_params / (plan.zero >= 1 ? d(plan.shard_degree()) : 1.0);
   const ModelStateBytesPerParam bpp = bytes_per_param(plan);
   // fp32 has no master copy to cast from: norm (g), Adam (g + 12 read, 12 written), zero (g).
   // Mixed precision adds the cast to 16-bit weights: read 4 write 2 (bf16 states: a copy, 2 + 2),
@@ -179,7 +179,7 @@ OpCosts::OpCosts(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
       p2p_(pipeline_transfer(m, c, plan)) {
   for (int64_t s = 0; s < plan.pp; ++s) layers_.push_back(d(plan.chunk_layers(m.layers, s).count));
   const RankGrid grid(plan);
-  for (GroupKind k : {GroupKind::kTp, GroupKind::kDp, GroupKind::kPp, GroupKind::kEmbedding}) {
+  for (GroupKind k : {GroupKind::kTp, GroupKind::kDp, GroupKind::kPp, GroupKind::kEmbedding, GroupKind::kDpReplica}) {
     group_size_[static_cast<int>(k)] = grid.group_size(k);
     link_[static_cast<int>(k)] = group_link(c, plan, k);
   }

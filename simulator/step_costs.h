@@ -80,8 +80,8 @@ class OpCosts {
   EdgeTiming edge_;
   P2pCost p2p_;
   std::vector<double> layers_;  // per stage: layers of each chunk
-  int64_t group_size_[4] = {1, 1, 1, 1};  // by GroupKind
-  LinkTier link_[4];
+  int64_t group_size_[kGroupKinds] = {1, 1, 1, 1, 1};  // by GroupKind
+  LinkTier link_[kGroupKinds];
 };
 
 }  // namespace parallax

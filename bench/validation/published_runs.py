@@ -26,7 +26,8 @@ def cluster(r):
 
 def plan(r):
     z = str(r['zero_or_fsdp'])
-    zero = int(z[0]) if z[0].isdigit() else 3  # "hybrid" (HSDP) is priced as ZeRO-3 over all ranks
+    zero = int(z[0]) if z[0].isdigit() else 3
+    shard = 8 if z.startswith('hybrid') else 0  # HSDP: "ZeRO-3 within a node (8 GPUs), replicated across nodes"
     rc = str(r['recompute']).split()[0]
     if rc not in ('none', 'selective', 'full'): rc = 'none'
     v = r.get('virtual_stages') or 1
@@ -42,7 +43,8 @@ def plan(r):
     return {'tp': r['tp'], 'pp': r['pp'], 'dp': r['dp'], 'zero': zero, 'micro_batch': r['micro_batch'],
             'global_batch': r['global_batch'], 'seq_len': r['seq_len'],
             'schedule': 'interleaved' if v > 1 else '1f1b', 'virtual_stages': v, 'recompute': rc,
-            'sequence_parallel': bool(r['sequence_parallel']), 'precision': 'bf16', 'execution': execution}
+            'sequence_parallel': bool(r['sequence_parallel']), 'precision': 'bf16', 'dp_shard': shard,
+            'execution': execution}
 
 def main():
     ap = argparse.ArgumentParser()

@@ -27,6 +27,7 @@ Status check_gpu_support(const ModelSpec& m, const Plan& p, bool emulated) {
   if (m.is_moe()) return no("mixture-of-experts models (expert parallelism is not built)");
   if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
     return no(std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)");
+  if (p.hybrid_sharding()) return no("hybrid sharding (dp_shard " + std::to_string(p.dp_shard) + " < dp)");
   if (p.execution.overlap_param_gather) return no("execution.overlap_param_gather (it gathers weights after the optimizer)");
   if (m.mlp == Mlp::kSquaredRelu || m.rotary_dims != m.head_dim)
     return no(m.model_type + " models (squared-ReLU MLP and partial rotary run on the CPU runtime only)");

@@ -41,6 +41,20 @@ TEST(Megatron, UnevenStages) {
   EXPECT_FALSE(deepspeed_config(p).ok());
 }
 
+// Hybrid sharding: Megatron-Core's distributed-optimizer instances; DeepSpeed's MiCS for ZeRO-3.
+TEST(Export, HybridSharding) {
+  Plan p = plan();
+  p.dp = 8, p.dp_shard = 2, p.global_batch = 64;
+  Result<std::string> args = megatron_arguments(load("llama2-70b"), p);
+  ASSERT_TRUE(args.ok()) << args.error();
+  EXPECT_TRUE(has(*args, "--num-distributed-optimizer-instances 4")) << *args;
+  EXPECT_FALSE(deepspeed_config(p).ok());
+  p.zero = 3, p.pp = 1, p.schedule = Schedule::k1F1B, p.virtual_stages = 1, p.recompute = Recompute::kFull, p.sequence_parallel = false;
+  Result<nlohmann::json> ds = deepspeed_config(p);
+  ASSERT_TRUE(ds.ok()) << ds.error();
+  EXPECT_EQ((*ds)["zero_optimization"]["mics_shard_size"], 2);
+}
+
 // fp32 gradients are stated to each framework: Megatron's flag, DeepSpeed's accumulation and
 // communication types; DeepSpeed's bucket counts elements, so 40 MiB holds 40 Mi / 4 of them.
 TEST(Export, Fp32Gradients) {

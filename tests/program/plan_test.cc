@@ -48,7 +48,7 @@ TEST(Plan, ExecutionFrameworkProfile) {
   EXPECT_EQ(plan_to_json(*plan_from_json(j, "p.json"))["execution"]["framework"], "torchtitan");
   j["execution"] = {{"framework", "jax"}};
   EXPECT_EQ(plan_from_json(j, "p.json").error(),
-            "p.json: execution: key 'framework': unknown framework 'jax' (known: megatron, megatron-2022, nemo, fsdp, torchtitan)");
+            "p.json: execution: key 'framework': unknown framework 'jax' (known: megatron, megatron-2022, nemo, deepspeed, fsdp, torchtitan)");
   for (const std::string& name : framework_names()) {
     Result<FrameworkProfile> f = framework_profile(name);
     ASSERT_TRUE(f.ok()) << name;

@@ -150,5 +150,39 @@ TEST(StepProgram, ZeroThreeGathersAroundEveryPass) {
   EXPECT_EQ(s.ops[5].waits_for[0], 1);
 }
 
+// Hybrid sharding, TP 2 x DP 4 with dp_shard 2: rank 5 (tp 1, dp 2) shards with dp 3 (rank 7):
+// color (pp * 2 + dp / 2) * t + tp = 3, key dp % 2 = 0; it holds the same shard as dp 0 (rank 1):
+// replica color (pp * 2 + dp % 2) * t + tp = 1, key dp / 2 = 1, members t * s = 4 ranks apart.
+TEST(RankGrid, HybridShardingGroups) {
+  const RankGrid g(2, 4, 1, 2);
+  EXPECT_EQ(g.group(GroupKind::kDp, 5).color, g.group(GroupKind::kDp, 7).color);
+  EXPECT_NE(g.group(GroupKind::kDp, 5).color, g.group(GroupKind::kDp, 1).color);
+  EXPECT_EQ(g.group(GroupKind::kDp, 5).key, 0);
+  EXPECT_EQ(g.group(GroupKind::kDpReplica, 5).color, g.group(GroupKind::kDpReplica, 1).color);
+  EXPECT_EQ(g.group(GroupKind::kDpReplica, 5).key, 1);
+  EXPECT_EQ(g.group_size(GroupKind::kDp), 2);
+  EXPECT_EQ(g.group_size(GroupKind::kDpReplica), 2);
+  EXPECT_EQ(g.stride(GroupKind::kDpReplica), 4);
+  EXPECT_EQ(RankGrid(2, 4, 1).group_size(GroupKind::kDpReplica), 1);
+}
+
+// HSDP: each micro-batch's reduce-scatter within the shard group of 2 is followed by the
+// all-reduce of its half over the 2 replicas: 221,952 / 2 bytes, sending 2 * 1/2 of that.
+TEST(StepProgram, HybridShardingAllReducesTheShardOverReplicas) {
+  Plan p;
+  p.dp = 4, p.dp_shard = 2, p.zero = 3, p.micro_batch = 1, p.global_batch = 4, p.seq_len = 16, p.precision = Precision::kFp32;
+  ASSERT_TRUE(check_plan(p, tiny_gpt(), 8).ok());
+  const StageProgram s = build_step_program(tiny_gpt(), p).stages[0];
+  EXPECT_EQ(names(s), (std::vector<std::string>{"all-gather dp F mb=0 chunk=0", "F mb=0 chunk=0",
+                                                "all-gather dp B mb=0 chunk=0", "B mb=0 chunk=0",
+                                                "reduce-scatter dp mb=0 chunk=0", "allreduce dp-replica mb=0 chunk=0",
+                                                "optimizer"}));
+  EXPECT_DOUBLE_EQ(s.ops[5].bytes, 221952 / 2.0);
+  EXPECT_DOUBLE_EQ(s.ops[5].sent_bytes, 221952 / 2.0);
+  EXPECT_EQ(s.ops[5].group, GroupKind::kDpReplica);
+  p.dp_shard = 3;
+  EXPECT_EQ(check_plan(p, tiny_gpt(), 8).error(), "invalid plan: dp_shard 3 must divide dp 4 and needs zero >= 1 (zero 3)");
+}
+
 }  // namespace
 }  // namespace parallax
