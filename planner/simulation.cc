@@ -43,7 +43,9 @@ StageReport stage_stats(const Simulation& sim, int64_t s) {
       continue;
     }
     if (op.type != ProgramOpType::kCompute) continue;
-    for (TaskId t = sim.step.first_task[s][i]; t <= sim.step.last_task[s][i]; ++t) r.busy_s += sim.step.graph.duration_s(t);
+    // As run: a compute task slowed by a collective beside it (NCCL SM contention) is busy longer.
+    for (TaskId t = sim.step.first_task[s][i]; t <= sim.step.last_task[s][i]; ++t)
+      r.busy_s += sim.timeline.finish_s[t] - sim.timeline.start_s[t];
     const double send_s = sim.step.folded_tail_s(s, i);  // a blocking send holds the compute stream
     r.busy_s -= send_s;
     r.exposed_pp_s += send_s;

@@ -29,7 +29,7 @@ Status check_gpu_support(const ModelSpec& m, const Plan& p, bool emulated) {
     return no(std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)");
   if (p.hybrid_sharding()) return no("hybrid sharding (dp_shard " + std::to_string(p.dp_shard) + " < dp)");
   if (p.execution.overlap_param_gather) return no("execution.overlap_param_gather (it gathers weights after the optimizer)");
-  if (m.mlp == Mlp::kSquaredRelu || m.rotary_dims != m.head_dim)
+  if (m.mlp == Mlp::kSquaredRelu || (m.positions == Positions::kRotary && m.rotary_dims != m.head_dim))
     return no(m.model_type + " models (squared-ReLU MLP and partial rotary run on the CPU runtime only)");
   // ZeRO-1 keeps one contiguous shard per rank: the step program must have one gradient bucket.
   if (p.zero == 1 && p.dp > 1)

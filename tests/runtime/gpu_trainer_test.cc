@@ -92,6 +92,12 @@ TEST(GpuTrainer, RefusesWhatItCannotExecute) {
   // ZB-H1 over 3 stages: its send/receive groups pair up (runtime/pipeline_exchange.h).
   p.offload = false, p.schedule = Schedule::kZbH1, p.pp = 3, p.global_batch = 6;
   EXPECT_TRUE(check_gpu_support(m, p).ok());
+  // What only the CPU runtime or only the cost model knows.
+  EXPECT_NE(check_gpu_support(tiny("tiny-nemotron"), plan(Precision::kBf16)).error().find("nemotron"), std::string::npos);
+  EXPECT_TRUE(check_gpu_support(tiny("tiny-llama"), plan(Precision::kBf16)).ok());
+  Plan hybrid = plan(Precision::kBf16);
+  hybrid.dp = 4, hybrid.dp_shard = 2, hybrid.zero = 1, hybrid.global_batch = 8;
+  EXPECT_NE(check_gpu_support(m, hybrid).error().find("hybrid sharding"), std::string::npos);
 }
 
 TEST(GpuTrainer, MatchesTheCpuTrainerInFp32) {

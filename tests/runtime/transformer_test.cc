@@ -122,6 +122,13 @@ TEST(Trainer, RefusesWhatItCannotRunYet) {
   EXPECT_EQ(check_runtime_support(m, p).error(),
             "the CPU runtime does not execute mixture-of-experts models (tiny-llama has 8 experts; expert "
             "parallelism is not built) yet");
+  // Settings only the cost model knows are refused, never silently run another way.
+  m.experts = 1;
+  p.recompute = Recompute::kSelective, p.execution.selective = SelectiveRecompute::kOps;
+  EXPECT_EQ(check_runtime_support(m, p).error(),
+            "the CPU runtime does not execute selective recompute 'ops' (it re-runs the attention core) yet");
+  p.recompute = Recompute::kNone, p.dp = 4, p.dp_shard = 2, p.zero = 3;
+  EXPECT_EQ(check_runtime_support(m, p).error(), "the CPU runtime does not execute hybrid sharding (dp_shard 2 < dp) yet");
 }
 
 }  // namespace

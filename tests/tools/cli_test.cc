@@ -165,6 +165,26 @@ TEST(Simulate, FlagsAndDefaults) {
   EXPECT_NE(table.out.find("defaults chosen"), std::string::npos);
 }
 
+// A framework profile prices the plan as that framework runs it, names its settings with sources,
+// and refuses to contradict a plan file that names another.
+TEST(Simulate, FrameworkProfiles) {
+  const std::string flags = "--model llama3-8b --tp 1 --pp 1 --dp 8 --zero 3 --micro-batch 1 --recompute selective --format json";
+  ToolRun plain = run("simulate", flags), titan = run("simulate", flags + " --framework torchtitan");
+  ASSERT_EQ(titan.code, 0) << titan.err;
+  const nlohmann::json j = nlohmann::json::parse(titan.out);
+  EXPECT_EQ(j["framework"]["name"], "torchtitan");
+  EXPECT_EQ(j["execution"]["kernels"], "eager");
+  EXPECT_FALSE(j["framework"]["settings"][0]["source"].get<std::string>().empty());
+  EXPECT_GT(j["step_time_s"].get<double>(), nlohmann::json::parse(plain.out)["step_time_s"].get<double>());
+  ToolRun compiled = run("simulate", flags + " --framework torchtitan --compile");
+  EXPECT_EQ(nlohmann::json::parse(compiled.out)["execution"]["kernels"], "fused");
+  expect_bad_input(run("simulate", flags + " --framework jax"), "unknown framework 'jax'");
+  const std::string plan = temp_file("fw.json", R"({"tp": 1, "pp": 1, "dp": 8, "zero": 3, "micro_batch": 1,
+      "global_batch": 8, "seq_len": 4096, "schedule": "1f1b", "recompute": "none", "execution": {"framework": "nemo"}})");
+  expect_bad_input(run("simulate", "--model llama3-8b --plan " + plan + " --framework torchtitan"),
+                   "--framework torchtitan contradicts the plan's execution.framework \"nemo\"");
+}
+
 TEST(Simulate, PlanThatDoesNotFitIsReportedNotRefused) {
   ToolRun r = run("simulate", "--model llama2-70b --tp 1 --pp 1 --dp 1 --micro-batch 1 --global-batch 8 --format json");
   ASSERT_EQ(r.code, 0) << r.err;
