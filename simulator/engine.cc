@@ -36,7 +36,7 @@ std::vector<HotTask> pack(const TaskGraph& g, std::vector<TaskId>& succ) {
 // Compute streams slowed by the collectives running beside them on their rank.
 class Contention {
  public:
-  Contention(const TaskGraph& g) {
+  explicit Contention(const TaskGraph& g) {
     int32_t ranks = 0;
     for (size_t s = 0; s < g.stream_count(); ++s) ranks = std::max(ranks, g.stream_rank(static_cast<StreamId>(s)) + 1);
     compute_.assign(ranks, -1);

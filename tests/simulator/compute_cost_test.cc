@@ -21,6 +21,36 @@ TEST(ComputeCost, RooflineOnRoundCluster) {
   EXPECT_DOUBLE_EQ(flash_attention_time_s(c.gpu, Precision::kBf16, 1e12), 0.02);
 }
 
+// Measured attention curves: seq 1024 -> 100 / 50 TFLOP/s (fwd / bwd), 4096 -> 300 / 150, at head
+// dims 64 and 128. A head dim of 96 takes the nearer curve in log2 (128: 0.415 vs 0.585); at 2048,
+// halfway in log2, fwd 200 and bwd 100: 2e12 FLOPs forward take 10 ms, backward 2.5 x 2e12 / 100e12
+// = 50 ms. Beyond the measured lengths the end values hold; a kernel without a curve falls back to
+// the flash efficiency (0.5 x 100 TFLOP/s here).
+TEST(ComputeCost, AttentionFromMeasuredCurves) {
+  nlohmann::json j = testing_support::round_cluster_json();
+  j["gpu"]["attention"] = {{"source", "test"},
+                           {"curves", {{{"kernel", "fa2"}, {"head_dim", 128}, {"seq_len", {1024, 4096}},
+                                        {"fwd_tflops", {100, 300}}, {"bwd_tflops", {50, 150}}},
+                                       {{"kernel", "fa2"}, {"head_dim", 64}, {"seq_len", {1024, 4096}},
+                                        {"fwd_bwd_tflops", {10, 10}}}}}};
+  Result<ClusterSpec> c = cluster_from_json(j, "round");
+  ASSERT_TRUE(c.ok()) << c.error();
+  AttentionTimes t = attention_times(c->gpu, Precision::kBf16, "fa2", 96, 2048, 2e12);
+  EXPECT_TRUE(t.measured);
+  EXPECT_NEAR(t.forward_s, 0.01, 1e-12);
+  EXPECT_NEAR(t.backward_s, 0.05, 1e-12);
+  EXPECT_NEAR(attention_times(c->gpu, Precision::kBf16, "fa2", 128, 65536, 3e12).forward_s, 0.01, 1e-12);
+  EXPECT_NEAR(attention_times(c->gpu, Precision::kBf16, "fa2", 64, 2048, 1e12).backward_s, 0.25, 1e-12);
+  const AttentionTimes none = attention_times(c->gpu, Precision::kBf16, "cudnn", 128, 2048, 1e12);
+  EXPECT_FALSE(none.measured);
+  EXPECT_DOUBLE_EQ(none.forward_s, 0.02);
+  EXPECT_DOUBLE_EQ(none.backward_s, 0.05);
+  j["gpu"]["attention"]["curves"][0]["bwd_tflops"] = {50};
+  EXPECT_EQ(cluster_from_json(j, "round").error(),
+            "round: gpu.attention.curves[0]: key 'seq_len': needs one throughput per sequence length (fwd_tflops "
+            "and bwd_tflops, or fwd_bwd_tflops)");
+}
+
 // Efficiency max * prod d/(d + half): with max 0.8, half 48 and dims (4096, 1024, 48):
 // 0.8 * 4096/4144 * 1024/1072 * 48/96 = 0.37768...
 TEST(ComputeCost, EfficiencyFallsForSkinnyGemms) {
