@@ -115,6 +115,7 @@ Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
   if (p.hybrid_sharding()) arg("--num-distributed-optimizer-instances", p.dp / p.shard_degree());
   if (p.offload) {
     a.push_back("--optimizer-cpu-offload");
+    a.push_back("--use-precision-aware-optimizer");  // validate_args requires it with the offload
   }
   if (p.recompute == Recompute::kSelective) arg("--recompute-granularity", "selective");
   if (p.recompute == Recompute::kFull) {
@@ -122,15 +123,20 @@ Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
     arg("--recompute-method", "uniform");
     arg("--recompute-num-layers", 1);
   }
-  if (p.execution.attention == AttentionKernel::kFlash) a.push_back("--use-flash-attn");
+  // --use-flash-attn is a no-op in current Megatron-LM; the backend is chosen by name.
+  if (p.execution.attention == AttentionKernel::kFlash) arg("--attention-backend", "flash");
   if (p.execution.overlap_grad_reduce) a.push_back("--overlap-grad-reduce");
-  // Megatron-LM turns this on by itself for bf16; stated so the arguments say what was priced.
-  if (p.execution.fp32_gradients && p.precision != Precision::kFp32) a.push_back("--accumulate-allreduce-grads-in-fp32");
+  if (p.execution.overlap_param_gather && p.zero == 1) a.push_back("--overlap-param-gather");
+  // Megatron-LM accumulates and reduces bf16 gradients in fp32 unless told otherwise: say which
+  // one was priced, so the run uses the memory the plan was priced with.
+  if (p.precision == Precision::kBf16)
+    a.push_back(p.execution.fp32_gradients ? "--accumulate-allreduce-grads-in-fp32" : "--grad-reduce-in-bf16");
+  else if (p.execution.fp32_gradients && p.precision == Precision::kFp16)
+    a.push_back("--accumulate-allreduce-grads-in-fp32");
 
+  // One line, so that $(planner --emit megatron) word-splits into exactly these arguments.
   std::ostringstream out;
-  out << "# Megatron-LM arguments: " << p.gpus() << " GPUs = TP " << p.tp << " x PP " << p.pp << " x DP "
-      << p.dp << " (DP follows from the world size)\n";
-  for (size_t i = 0; i < a.size(); ++i) out << a[i] << (i + 1 < a.size() ? " \\\n" : "\n");
+  for (size_t i = 0; i < a.size(); ++i) out << a[i] << (i + 1 < a.size() ? " " : "\n");
   return out.str();
 }
 

@@ -16,6 +16,8 @@ namespace parallax {
 // The plan's fields plus params_total, memory_bytes{...}, peak_memory_bytes, step_time_s, ...
 nlohmann::json evaluation_to_json(const ModelSpec& m, const Plan& plan, const StepReport& e);
 
+// Megatron-LM arguments on one line (so that $(planner --emit megatron) splits into exactly them);
+// DP follows from the world size.
 Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& plan);
 Result<nlohmann::json> deepspeed_config(const Plan& plan);
 

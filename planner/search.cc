@@ -1,6 +1,8 @@
 #include "planner/search.h"
 
 #include "planner/simulation.h"
+#include "program/framework.h"
+#include "program/runtime_support.h"
 
 #include <algorithm>
 #include <atomic>
@@ -156,6 +158,8 @@ class Worker {
     Violation v = first_violation(p, m_, c_.node.gpus);
     if (v != Violation::kNone) return reject(static_cast<size_t>(v));
     if (redundant(p)) return reject(static_cast<size_t>(Rejection::kRedundant));
+    if (!framework_refusal(p.execution.framework, p).empty()) return reject(static_cast<size_t>(Rejection::kFramework));
+    if (!runtime_runs(p)) return reject(static_cast<size_t>(Rejection::kRuntime));
     ++result_.evaluated;
     MemoryBreakdown mem = peak_memory(m_, p, reserved_);
     if (mem.total() > hbm_) return reject(static_cast<size_t>(Rejection::kOutOfMemory));
@@ -164,6 +168,14 @@ class Worker {
     result_.plans.push_back({p, estimate_step(m_, c_, p, table_.layer(timing), table_.edge(timing))});
     // Ranking by simulation needs every candidate in estimate order; the estimate alone, the best K.
     if (!o_.simulate && result_.plans.size() >= 4 * o_.top_k + 64) trim();
+  }
+
+  // The GPU check skips the deadlock test of blocking pipeline exchanges (it builds the whole
+  // program); train runs it at start, and every GPU schedule passes it up to 8 stages.
+  bool runtime_runs(const Plan& p) const {
+    if (o_.runtime == "cpu") return check_runtime_support(m_, p).ok();
+    if (o_.runtime == "cuda") return check_gpu_support(m_, p, /*emulated=*/true).ok();
+    return true;
   }
 
   const ModelSpec& m_;
@@ -212,6 +224,8 @@ const char* rejection_key(size_t index) {
   if (index < static_cast<size_t>(Violation::kCount)) return violation_key(static_cast<Violation>(index));
   switch (static_cast<Rejection>(index)) {
     case Rejection::kRedundant: return "redundant";
+    case Rejection::kFramework: return "framework_cannot_run";
+    case Rejection::kRuntime: return "runtime_cannot_run";
     case Rejection::kOutOfMemory: return "out_of_memory";
     case Rejection::kOutOfHostMemory: return "out_of_host_memory";
     case Rejection::kCount: break;
@@ -245,6 +259,8 @@ Result<SearchResult> search(const ModelSpec& m, const ClusterSpec& c, const Sear
     return Error{"--seq-len " + std::to_string(o.seq_len) + " exceeds max_position_embeddings " +
                  std::to_string(m.max_positions) + " of model '" + m.name + "'"};
   if (o.top_k < 1) return Error{"--top must be >= 1"};
+  if (!o.runtime.empty() && o.runtime != "cpu" && o.runtime != "cuda")
+    return Error{"--runtime: unknown '" + o.runtime + "' (expected cpu|cuda)"};
 
   const std::vector<int64_t> tps = divisors(o.gpus);
   const std::vector<int64_t> batches = divisors(o.global_batch);

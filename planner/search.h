@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "models/model_spec.h"
@@ -27,11 +28,16 @@ struct SearchOptions {
   size_t top_k = 10;
   int threads = 0;          // 0: all hardware threads
   bool simulate = true;     // rank by the discrete-event simulator (else the analytical estimate)
+  // Only plans Parallax's own runtime executes: "" (any), "cpu" or "cuda" (program/runtime_support.h).
+  // The framework (execution.framework) restricts the search to what it runs the same way.
+  std::string runtime;
 };
 
 // Why a configuration was not ranked: a plan Violation, or one of these.
 enum class Rejection {
   kRedundant = static_cast<int>(Violation::kCount),  // same execution as a plan already counted
+  kFramework,        // the chosen framework does not run it (framework_refusal)
+  kRuntime,          // Parallax's chosen runtime does not run it
   kOutOfMemory,
   kOutOfHostMemory,
   kCount

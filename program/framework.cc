@@ -109,6 +109,58 @@ FrameworkProfile torchtitan() {
 
 }  // namespace
 
+namespace {
+
+std::string megatron_refusal(const std::string& name, const Plan& p) {
+  if (p.zero >= 2) return name + " runs ZeRO 0 or 1 (the distributed optimizer), not " + std::to_string(p.zero);
+  if (p.pp > 1 && p.schedule != Schedule::k1F1B && p.schedule != Schedule::kInterleaved)
+    return name + " pipelines run 1f1b or interleaved, not " + schedule_name(p.schedule);
+  if (p.offload && p.zero != 1) return name + " offloads the optimizer only with the distributed optimizer (zero 1)";
+  if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
+    return name + "'s selective recompute re-runs the attention core only";
+  if (name == "megatron-2022" && (p.zero > 0 || p.offload || p.uneven() || p.hybrid_sharding()))
+    return "megatron-2022 (Korthikanti et al.) has no distributed optimizer, offload, uneven stages or hybrid sharding";
+  return "";
+}
+
+std::string deepspeed_refusal(const Plan& p) {
+  if (p.pp > 1 && p.schedule != Schedule::k1F1B) return std::string("deepspeed pipelines run 1f1b only, not ") + schedule_name(p.schedule);
+  if (p.sequence_parallel) return "deepspeed has no Megatron-style sequence parallelism";
+  if (p.recompute == Recompute::kSelective) return "deepspeed has no selective recompute (none or full)";
+  if (p.uneven()) return "deepspeed's pipeline partition is set in the model code, not by first/last stage layers";
+  if (p.hybrid_sharding() && p.zero != 3) return "deepspeed shards hybrid (MiCS) only with ZeRO-3";
+  return "";
+}
+
+// PyTorch FSDP (FULL_SHARD = ZeRO-3, SHARD_GRAD_OP = 2, NO_SHARD = plain DP) wraps a model it
+// neither splits by tensor nor by pipeline.
+std::string fsdp_refusal(const Plan& p) {
+  if (p.tp > 1 || p.pp > 1) return "fsdp alone has no tensor or pipeline parallelism (tp and pp 1)";
+  if (p.zero == 1) return "fsdp shards gradients with the optimizer states (SHARD_GRAD_OP = zero 2), not zero 1";
+  if (p.recompute == Recompute::kSelective) return "fsdp checkpoints whole blocks (recompute none or full)";
+  return "";
+}
+
+// torchtitan: DDP (zero 0) or FSDP2 (zero 3, HSDP), tensor parallelism with sequence parallelism
+// on its norms, PyTorch's pipeline schedules.
+std::string torchtitan_refusal(const Plan& p) {
+  if (p.zero == 1 || p.zero == 2) return "torchtitan runs DDP (zero 0) or FSDP2 (zero 3), not zero " + std::to_string(p.zero);
+  if (p.tp > 1 && !p.sequence_parallel) return "torchtitan's tensor parallelism shards the norms' sequence too (sequence_parallel)";
+  if (p.pp > 1 && p.schedule == Schedule::kZbH1) return "torchtitan has no ZB-H1 schedule (gpipe, 1f1b or interleaved)";
+  if (p.offload && p.zero != 3) return "torchtitan offloads only with FSDP2 (zero 3)";
+  return "";
+}
+
+}  // namespace
+
+std::string framework_refusal(const std::string& framework, const Plan& p) {
+  if (framework == "megatron" || framework == "nemo" || framework == "megatron-2022") return megatron_refusal(framework, p);
+  if (framework == "deepspeed") return deepspeed_refusal(p);
+  if (framework == "fsdp") return fsdp_refusal(p);
+  if (framework == "torchtitan") return torchtitan_refusal(p);
+  return "";
+}
+
 std::vector<std::string> framework_names() {
   return {"megatron", "megatron-2022", "nemo", "deepspeed", "fsdp", "torchtitan"};
 }

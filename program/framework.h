@@ -31,4 +31,9 @@ std::vector<std::string> framework_names();
 // The profile called `name`, or an error naming the known ones.
 Result<FrameworkProfile> framework_profile(const std::string& name);
 
+// Why `framework` cannot run `plan`, as one line ("megatron runs ZeRO 0 or 1 ..."), or "" when it
+// can (also for "", Parallax's defaults). What a framework's exporter writes is what it runs:
+// planner --framework lists only plans its --emit can express.
+std::string framework_refusal(const std::string& framework, const Plan& plan);
+
 }  // namespace parallax

@@ -12,22 +12,6 @@
 
 namespace parallax {
 
-Status check_runtime_support(const ModelSpec& m, const Plan& p) {
-  auto no = [](const std::string& what) { return Error{"the CPU runtime does not execute " + what + " yet"}; };
-  if (m.is_moe())  // training it as a dense model would be silently wrong
-    return no("mixture-of-experts models (" + m.name + " has " + std::to_string(m.experts) +
-              " experts; expert parallelism is not built)");
-  // MPI guarantees tags up to 32767; pipeline transfers use one per (direction, micro-batch, stage).
-  if (p.pp > 1 && 2 * p.micro_batches() * p.pp * p.virtual_stages > 32767)
-    return Error{"too many micro-batches x stages for MPI tags (at most 32767 transfers per step)"};
-  if (p.offload) return no("offload");
-  if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
-    return no(std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)");
-  if (p.hybrid_sharding()) return no("hybrid sharding (dp_shard " + std::to_string(p.dp_shard) + " < dp)");
-  if (p.execution.overlap_param_gather) return no("execution.overlap_param_gather (it gathers weights after the optimizer)");
-  return Status::Ok();
-}
-
 int synthetic_token(uint64_t data_seed, int64_t step, int64_t seq, int64_t pos, int64_t vocab) {
   const uint64_t h = splitmix64(splitmix64(splitmix64(data_seed) ^ static_cast<uint64_t>(step)) ^
                                 static_cast<uint64_t>(seq)) ^

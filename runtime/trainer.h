@@ -18,6 +18,7 @@
 
 #include "kernels/adamw.h"
 #include "program/plan.h"
+#include "program/runtime_support.h"
 #include "program/step_program.h"
 #include "runtime/communicator.h"
 #include "runtime/distributed_optimizer.h"
@@ -45,8 +46,6 @@ struct TrainOptions {
 // as tokens (0-255). Errors name the file, or the first id outside [0, vocab).
 Result<std::vector<int>> read_token_file(const std::string& path, int64_t vocab);
 
-// The settings of `plan` this runtime can execute, or an error naming the first one it cannot.
-Status check_runtime_support(const ModelSpec& m, const Plan& plan);
 
 // Token `pos` (0..s) of global sequence `seq` at `step`: deterministic, independent of the plan.
 int synthetic_token(uint64_t data_seed, int64_t step, int64_t seq, int64_t pos, int64_t vocab);

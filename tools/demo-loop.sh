@@ -12,7 +12,7 @@ PLAN=tests/data/demo-plan.json
 echo "== calibrate (2 CPU ranks) -> $OUT/cpu-localhost.json"
 "${MPIRUN[@]}" "$BUILD/bin/calibrate" --quick --out "$OUT/cpu-localhost.json"
 echo "== plan: small GPT on 2 calibrated CPU ranks"
-"$BUILD/bin/planner" --model "$MODEL" --gpus 2 --cluster "$OUT/cpu-localhost.json" --precision fp32 \
+"$BUILD/bin/planner" --model "$MODEL" --gpus 2 --cluster "$OUT/cpu-localhost.json" --precision fp32 --runtime cpu \
   --global-batch 8 --seq-len 128 --top 5
 echo "== simulate $PLAN"
 "$BUILD/bin/simulate" --model "$MODEL" --cluster "$OUT/cpu-localhost.json" --plan "$PLAN" --trace "$OUT/predicted.json" \

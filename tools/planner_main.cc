@@ -14,7 +14,7 @@ namespace {
 constexpr double kGiB = 1073741824.0;
 
 struct Options {
-  std::string model, cluster = "dgx-h100", format = "table", emit, precision = "bf16";
+  std::string model, cluster = "dgx-h100", format = "table", emit, precision = "bf16", runtime;
   int64_t gpus = 0, global_batch = 0, seq_len = 0, top = 10, rank = 1;
   int threads = 0;
   cli::ExecutionFlags execution;
@@ -65,10 +65,18 @@ void emit(const Options& o, const ModelSpec& m, const SearchResult& r) {
     cli::fail("--rank " + std::to_string(o.rank) + " is out of range: " + std::to_string(r.plans.size()) +
               " plan(s) ranked (raise --top to see more)");
   const Plan& p = r.plans[o.rank - 1].plan;
+  const std::string& fw = p.execution.framework;
+  const bool megatron_family = fw == "megatron" || fw == "nemo" || fw == "megatron-2022";
+  if ((o.emit == "megatron" && !fw.empty() && !megatron_family) || (o.emit == "deepspeed" && !fw.empty() && fw != "deepspeed"))
+    cli::fail("--emit " + o.emit + " writes what " + o.emit + " runs; these plans were searched for --framework " + fw +
+              " (use --emit plan, or --framework " + o.emit + ")");
   if (o.emit == "plan") {
     std::cout << plan_to_json(p).dump(2) << "\n";
   } else if (o.emit == "megatron") {
-    std::cout << cli::value_or_fail(megatron_arguments(m, p));
+    const std::string args = cli::value_or_fail(megatron_arguments(m, p));
+    std::cerr << "planner: Megatron-LM arguments for " << p.gpus() << " GPUs = TP " << p.tp << " x PP " << p.pp
+              << " x DP " << p.dp << " (DP follows from the world size)\n";
+    std::cout << args;
   } else if (o.emit == "deepspeed") {
     std::cout << cli::value_or_fail(deepspeed_config(p)).dump(2) << "\n";
   } else {
@@ -142,6 +150,7 @@ int run(int argc, char** argv) {
   app.add_option("--precision", o.precision, "bf16|fp16|fp32")->capture_default_str();
   app.add_option("--threads", o.threads, "search threads (default: all cores)");
   cli::add_execution_flags(app, o.execution);
+  app.add_option("--runtime", o.runtime, "only plans Parallax's own trainer runs: cpu (MPI ranks) | cuda");
   cli::parse(app, argc, argv);
   cli::require_format(o.format, {"table", "json", "csv"});
   if (o.gpus < 1) cli::fail("--gpus must be >= 1, got " + std::to_string(o.gpus));
@@ -163,11 +172,16 @@ int run(int argc, char** argv) {
   so.execution = cli::execution_or_fail(o.execution);
   so.top_k = static_cast<size_t>(std::max<int64_t>(o.top, o.rank));
   so.threads = o.threads;
+  so.runtime = o.runtime;
 
   const auto start = std::chrono::steady_clock::now();
   SearchResult r = cli::value_or_fail(search(m, c, so));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (r.plans.empty()) cli::fail(no_plan_message(r, m, c, o.gpus));
+  if (r.plans.empty()) {
+    // Machine-readable formats still print their (empty) document, with the counts of why.
+    if (o.emit.empty() && o.format != "table") print(o, m, c, so, r, seconds, defaults);
+    cli::fail(no_plan_message(r, m, c, o.gpus));
+  }
   if (!o.emit.empty()) {
     emit(o, m, r);
     return 0;

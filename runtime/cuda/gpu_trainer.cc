@@ -11,36 +11,13 @@
 #include "runtime/cuda/device_allocator.h"
 #include "runtime/cuda/gpu_model_cache.h"
 #include "runtime/cuda/stand_in_communicator.h"
-#include "runtime/pipeline_exchange.h"
+#include "program/pipeline_exchange.h"
 #include "runtime/step_executor.h"
 #include "runtime/watchdog.h"
 
 namespace parallax {
 
 namespace cu = kernels::cuda;
-
-Status check_gpu_support(const ModelSpec& m, const Plan& p, bool emulated) {
-  auto no = [](const std::string& what) { return Error{"the GPU runtime does not execute " + what + " yet"}; };
-  if (p.offload) return no("offload");
-  if (p.zero > 1) return no("ZeRO-" + std::to_string(p.zero) + " (only 0 and 1; the CPU runtime executes 2 and 3)");
-  if (p.virtual_stages > 1) return no("interleaved schedules (one model chunk per stage)");
-  if (m.is_moe()) return no("mixture-of-experts models (expert parallelism is not built)");
-  if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
-    return no(std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)");
-  if (p.hybrid_sharding()) return no("hybrid sharding (dp_shard " + std::to_string(p.dp_shard) + " < dp)");
-  if (p.execution.overlap_param_gather) return no("execution.overlap_param_gather (it gathers weights after the optimizer)");
-  if (m.mlp == Mlp::kSquaredRelu || (m.positions == Positions::kRotary && m.rotary_dims != m.head_dim))
-    return no(m.model_type + " models (squared-ReLU MLP and partial rotary run on the CPU runtime only)");
-  // ZeRO-1 keeps one contiguous shard per rank: the step program must have one gradient bucket.
-  if (p.zero == 1 && p.dp > 1)
-    for (int64_t s = 0; s < p.pp; ++s)
-      if (dp_buckets_per_chunk(m, p, s) > 1)
-        return no("ZeRO-1 with several gradient buckets (raise execution.dp_bucket_mib above the stage's gradient size)");
-  if (!emulated && p.pp > 1)
-    if (Status s = check_exchanges(build_step_program(m, p)); !s.ok())
-      return Error{"the GPU runtime refuses " + s.error() + ": its blocking send/receive pairs could deadlock (--emulate-rank runs it)"};
-  return Status::Ok();
-}
 
 namespace {
 
@@ -261,7 +238,7 @@ size_t GpuTrainerImpl<T>::mark(int32_t op, cudaStream_t stream) {
 
 // Sends are held back and issued with the next receive from the same neighbour (Megatron's
 // batched send/recv pairs), or alone before the next F or B; the compute stream waits for each
-// group (blocking p2p). runtime/pipeline_exchange.h checks that these groups cannot deadlock.
+// group (blocking p2p). program/pipeline_exchange.h checks that these groups cannot deadlock.
 // Under emulation the neighbours are stand-ins that count the bytes.
 template <class T>
 void GpuTrainerImpl<T>::exchange(int from) {

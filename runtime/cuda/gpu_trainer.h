@@ -9,7 +9,7 @@
 // program's names; memory from the caching DeviceAllocator's high-water mark.
 //
 // Real ranks: TP, PP (one model chunk per stage; GPipe, 1F1B and ZB-H1, sends grouped with the
-// next receive from the same neighbour — runtime/pipeline_exchange.h) and DP over NCCL, ZeRO 0
+// next receive from the same neighbour — program/pipeline_exchange.h) and DP over NCCL, ZeRO 0
 // (the program's all-reduce buckets) or 1 with one bucket (a reduce-scatter, AdamW on this rank's
 // shard of the fp32 masters and moments, an all-gather of the 16-bit weights). Rank emulation
 // (`emulate_rank` >= 0): one GPU runs rank R's share of any plan — its stage of the pipeline with
@@ -37,10 +37,6 @@ struct GpuTrainOptions {
   double watchdog_s = 60;
 };
 
-// The settings of `plan` the GPU runtime can execute, or an error naming the first one it cannot.
-// Real ranks also need a schedule whose send/receive groups cannot deadlock
-// (runtime/pipeline_exchange.h); emulated ones exchange with stand-ins that never wait.
-Status check_gpu_support(const ModelSpec& m, const Plan& plan, bool emulated = false);
 
 class GpuTrainer {
  public:

@@ -28,7 +28,10 @@ TEST(Megatron, UpstreamSpellings) {
   Plan full = plan();
   full.recompute = Recompute::kFull;
   args = megatron_arguments(load("llama2-70b"), full);
-  EXPECT_TRUE(has(*args, "--recompute-granularity full \\\n--recompute-method uniform \\\n--recompute-num-layers 1"));
+  EXPECT_TRUE(has(*args, "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"));
+  EXPECT_EQ(std::count(args->begin(), args->end(), '\n'), 1);  // one line: $(...) gives exactly the arguments
+  EXPECT_TRUE(has(*args, "--attention-backend flash"));
+  EXPECT_TRUE(has(*args, "--grad-reduce-in-bf16"));  // priced with 2-byte gradients
 }
 
 TEST(Megatron, UnevenStages) {

@@ -57,6 +57,20 @@ TEST(Plan, ExecutionFrameworkProfile) {
   }
 }
 
+// What each framework runs, in one line each.
+TEST(Plan, FrameworkRefusals) {
+  Plan p = base();  // TP 8 x PP 4 x DP 2, interleaved, ZeRO-1, SP, selective
+  EXPECT_EQ(framework_refusal("megatron", p), "");
+  EXPECT_EQ(framework_refusal("deepspeed", p), "deepspeed pipelines run 1f1b only, not interleaved");
+  EXPECT_EQ(framework_refusal("fsdp", p), "fsdp alone has no tensor or pipeline parallelism (tp and pp 1)");
+  EXPECT_EQ(framework_refusal("torchtitan", p), "torchtitan runs DDP (zero 0) or FSDP2 (zero 3), not zero 1");
+  EXPECT_EQ(framework_refusal("", p), "");
+  p.schedule = Schedule::kZbH1, p.virtual_stages = 1;
+  EXPECT_EQ(framework_refusal("nemo", p), "nemo pipelines run 1f1b or interleaved, not zb-h1");
+  p.schedule = Schedule::k1F1B, p.zero = 2;
+  EXPECT_EQ(framework_refusal("megatron", p), "megatron runs ZeRO 0 or 1 (the distributed optimizer), not 2");
+}
+
 // bf16 optimizer states: main copy, m and v at 2 bytes each.
 TEST(Plan, Bf16OptimizerStates) {
   Plan p = base();

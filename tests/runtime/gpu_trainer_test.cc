@@ -89,7 +89,7 @@ TEST(GpuTrainer, RefusesWhatItCannotExecute) {
   EXPECT_NE(check_gpu_support(m, p).error().find("interleaved"), std::string::npos);
   p.schedule = Schedule::k1F1B, p.virtual_stages = 1, p.offload = true;
   EXPECT_NE(check_gpu_support(m, p).error().find("offload"), std::string::npos);
-  // ZB-H1 over 3 stages: its send/receive groups pair up (runtime/pipeline_exchange.h).
+  // ZB-H1 over 3 stages: its send/receive groups pair up (program/pipeline_exchange.h).
   p.offload = false, p.schedule = Schedule::kZbH1, p.pp = 3, p.global_batch = 6;
   EXPECT_TRUE(check_gpu_support(m, p).ok());
   // What only the CPU runtime or only the cost model knows.

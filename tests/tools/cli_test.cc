@@ -100,6 +100,37 @@ TEST(Planner, EmitsFrameworkConfigs) {
   expect_bad_input(run("planner", "--model 13b --gpus 64 --emit plan --rank 100000"), "--rank 100000 is out of range");
 }
 
+// --framework lists only what the framework runs, so --emit of every listed plan succeeds; the
+// other framework's exporter is refused; --runtime cpu lists only what `train` executes.
+TEST(Planner, FrameworkAndRuntimeRestrictTheSearch) {
+  for (const char* fw : {"megatron", "deepspeed"}) {
+    ToolRun list = run("planner", std::string("--model 13b --gpus 64 --format json --top 8 --framework ") + fw);
+    ASSERT_EQ(list.code, 0) << list.err;
+    const nlohmann::json j = nlohmann::json::parse(list.out);
+    EXPECT_GT(j["rejected"]["framework_cannot_run"].get<int64_t>(), 0);
+    for (int rank = 1; rank <= 8; ++rank) {
+      ToolRun e = run("planner", std::string("--model 13b --gpus 64 --top 8 --framework ") + fw + " --emit " + fw +
+                                     " --rank " + std::to_string(rank));
+      EXPECT_EQ(e.code, 0) << fw << " rank " << rank << ": " << e.err;
+    }
+  }
+  expect_bad_input(run("planner", "--model 13b --gpus 64 --framework torchtitan --emit megatron"),
+                   "--emit megatron writes what megatron runs");
+  ToolRun cpu = run("planner", "--model gpt2 --gpus 4 --runtime cpu --format json --top 50");
+  ASSERT_EQ(cpu.code, 0) << cpu.err;
+  for (const auto& p : nlohmann::json::parse(cpu.out)["plans"]) EXPECT_FALSE(p["offload"].get<bool>());
+  expect_bad_input(run("planner", "--model gpt2 --gpus 4 --runtime tpu"), "--runtime: unknown 'tpu'");
+}
+
+// When nothing fits, json and csv still print their document (empty), and the reason goes to stderr.
+TEST(Planner, NoPlanStillPrintsItsDocument) {
+  ToolRun j = run("planner", "--model llama3.1-405b --gpus 1 --format json");
+  expect_bad_input(j, "no plan of model 'llama3.1-405b' fits 1 GPU(s)");
+  EXPECT_TRUE(nlohmann::json::parse(j.out)["plans"].empty());
+  ToolRun csv = run("planner", "--model llama3.1-405b --gpus 1 --format csv");
+  EXPECT_NE(csv.out.find("rank,"), std::string::npos) << csv.out;
+}
+
 TEST(Planner, BadInputs) {
   expect_bad_input(run("planner", "--gpus 8"), "--model");
   expect_bad_input(run("planner", "--model nope --gpus 8"), "nope: cannot open file");

@@ -1,6 +1,6 @@
 // The GPU trainer's send/receive groups, derived from the step program: which groups a stage
 // issues, and that no schedule can deadlock when every transfer is a rendezvous.
-#include "runtime/pipeline_exchange.h"
+#include "program/pipeline_exchange.h"
 
 #include <gtest/gtest.h>
 

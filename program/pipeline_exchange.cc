@@ -1,4 +1,4 @@
-#include "runtime/pipeline_exchange.h"
+#include "program/pipeline_exchange.h"
 
 #include <algorithm>
 #include <map>

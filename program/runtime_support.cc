@@ -1,0 +1,49 @@
+#include "program/runtime_support.h"
+
+#include <string>
+
+#include "program/pipeline_exchange.h"
+#include "program/step_program.h"
+
+namespace parallax {
+
+Status check_runtime_support(const ModelSpec& m, const Plan& p) {
+  auto no = [](const std::string& what) { return Error{"the CPU runtime does not execute " + what + " yet"}; };
+  if (m.is_moe())  // training it as a dense model would be silently wrong
+    return no("mixture-of-experts models (" + m.name + " has " + std::to_string(m.experts) +
+              " experts; expert parallelism is not built)");
+  // MPI guarantees tags up to 32767; pipeline transfers use one per (direction, micro-batch, stage).
+  if (p.pp > 1 && 2 * p.micro_batches() * p.pp * p.virtual_stages > 32767)
+    return Error{"too many micro-batches x stages for MPI tags (at most 32767 transfers per step)"};
+  if (p.offload) return no("offload");
+  if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
+    return no(std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)");
+  if (p.hybrid_sharding()) return no("hybrid sharding (dp_shard " + std::to_string(p.dp_shard) + " < dp)");
+  if (p.execution.overlap_param_gather) return no("execution.overlap_param_gather (it gathers weights after the optimizer)");
+  return Status::Ok();
+}
+
+Status check_gpu_support(const ModelSpec& m, const Plan& p, bool emulated) {
+  auto no = [](const std::string& what) { return Error{"the GPU runtime does not execute " + what + " yet"}; };
+  if (p.offload) return no("offload");
+  if (p.zero > 1) return no("ZeRO-" + std::to_string(p.zero) + " (only 0 and 1; the CPU runtime executes 2 and 3)");
+  if (p.virtual_stages > 1) return no("interleaved schedules (one model chunk per stage)");
+  if (m.is_moe()) return no("mixture-of-experts models (expert parallelism is not built)");
+  if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
+    return no(std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)");
+  if (p.hybrid_sharding()) return no("hybrid sharding (dp_shard " + std::to_string(p.dp_shard) + " < dp)");
+  if (p.execution.overlap_param_gather) return no("execution.overlap_param_gather (it gathers weights after the optimizer)");
+  if (m.mlp == Mlp::kSquaredRelu || (m.positions == Positions::kRotary && m.rotary_dims != m.head_dim))
+    return no(m.model_type + " models (squared-ReLU MLP and partial rotary run on the CPU runtime only)");
+  // ZeRO-1 keeps one contiguous shard per rank: the step program must have one gradient bucket.
+  if (p.zero == 1 && p.dp > 1)
+    for (int64_t s = 0; s < p.pp; ++s)
+      if (dp_buckets_per_chunk(m, p, s) > 1)
+        return no("ZeRO-1 with several gradient buckets (raise execution.dp_bucket_mib above the stage's gradient size)");
+  if (!emulated && p.pp > 1)
+    if (Status s = check_exchanges(build_step_program(m, p)); !s.ok())
+      return Error{"the GPU runtime refuses " + s.error() + ": its blocking send/receive pairs could deadlock (--emulate-rank runs it)"};
+  return Status::Ok();
+}
+
+}  // namespace parallax
