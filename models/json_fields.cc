@@ -1,6 +1,7 @@
 #include "models/json_fields.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -20,6 +21,8 @@ std::string describe(const nlohmann::json& value) {
 }  // namespace
 
 Result<nlohmann::json> read_json_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return Error{path + ": is a directory, not a JSON file"};
   std::ifstream in(path);
   if (!in) return Error{path + ": cannot open file"};
   std::stringstream buffer;
@@ -125,6 +128,28 @@ std::optional<std::string> JsonFields::optional_string(const char* key) {
     return std::nullopt;
   }
   return v->get<std::string>();
+}
+
+double JsonFields::required_bandwidth_gbps(const char* key) {
+  const nlohmann::json* v = find(key);
+  if (!v || v->is_number()) return required_number(key);
+  if (!ok()) return 0;
+  if (!v->is_string()) {
+    fail(key, "expected GB/s as a number, or a string such as \"400 Gb/s\" or \"50 GB/s\", got " + describe(*v));
+    return 0;
+  }
+  const std::string text = v->get<std::string>();
+  std::istringstream in(text);
+  double value = 0;
+  std::string unit;
+  in >> value >> unit;
+  const std::pair<const char*, double> units[] = {{"Gb/s", 1.0 / 8}, {"Gbit/s", 1.0 / 8}, {"GB/s", 1.0},
+                                                  {"Tb/s", 1000.0 / 8}, {"TB/s", 1000.0}};
+  for (const auto& [name, scale] : units)
+    if (!in.fail() && unit == name && in.peek() == std::char_traits<char>::eof() && value > 0 && std::isfinite(value))
+      return value * scale;
+  fail(key, "cannot read bandwidth \"" + text + "\" (a number of GB/s, or N Gb/s, Gbit/s, GB/s, Tb/s, TB/s)");
+  return 0;
 }
 
 std::string JsonFields::required_string(const char* key) {

@@ -32,6 +32,10 @@ class JsonFields {
   double required_number(const char* key, bool allow_zero = false);
   std::optional<double> optional_number(const char* key, bool allow_zero = false);
   std::string required_string(const char* key);
+  // A bandwidth in gigaBYTES per second: a number (GB/s, the `_gbps` convention), or a string
+  // with its unit — "400 Gb/s" or "400 Gbit/s" (bits: 50), "50 GB/s", "3.35 TB/s" — so that a
+  // NIC's marketing figure is never read as bytes.
+  double required_bandwidth_gbps(const char* key);
   std::optional<std::string> optional_string(const char* key);
   bool optional_bool(const char* key, bool if_absent);
   // A nested object; on error returns an empty object and records the problem.

@@ -1,7 +1,9 @@
 #include "models/model_spec.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <vector>
 
 #include "models/json_fields.h"
 
@@ -186,7 +188,45 @@ std::string resolve_data_file(const std::string& name_or_path, const std::string
   return name_or_path;  // let the reader report "cannot open"
 }
 
+namespace {
+// Edits (insert, delete, substitute) between two names: picks the closest bundled one.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
+std::string unknown_data_file(const std::string& name_or_path, const std::string& subdir, const std::string& kind) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (name_or_path.find('/') != std::string::npos || fs::exists(resolve_data_file(name_or_path, subdir), ec)) return "";
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(fs::path(data_dir()) / subdir, ec))
+    if (entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
+  std::sort(names.begin(), names.end());
+  const std::string want = fs::path(name_or_path).stem().string();
+  std::string list, closest;
+  for (const std::string& n : names) {
+    list += (list.empty() ? "" : ", ") + n;
+    if (closest.empty() || edit_distance(want, n) < edit_distance(want, closest)) closest = n;
+  }
+  std::string msg = "unknown " + kind + " '" + name_or_path + "' (not a file; bundled: " + list;
+  if (!closest.empty()) msg += "; closest: " + closest;
+  return msg + ")";
+}
+
 Result<ModelSpec> load_model(const std::string& name_or_path) {
+  if (std::string unknown = unknown_data_file(name_or_path, "models", "model"); !unknown.empty()) return Error{unknown};
   const std::string path = resolve_data_file(name_or_path, "models");
   Result<nlohmann::json> config = read_json_file(path);
   if (!config.ok()) return Error{config.error()};

@@ -62,5 +62,9 @@ std::string data_dir();
 
 // Resolves `name_or_path` against `subdir` of data_dir(): "13b", "13b.json", "models/13b.json".
 std::string resolve_data_file(const std::string& name_or_path, const std::string& subdir);
+// The error for a name that is neither a file nor bundled: "unknown model '13c' (not a file;
+// bundled: 13b, gpt2, ...; closest: 13b)". "" when `name_or_path` looks like a path (it has a
+// '/') or exists, so the reader reports what is wrong with it.
+std::string unknown_data_file(const std::string& name_or_path, const std::string& subdir, const std::string& kind);
 
 }  // namespace parallax

@@ -82,7 +82,7 @@ Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
   g.peak_fp32_tflops = p.required_number("fp32");
   if (!p.ok()) return Error{p.error()};
   g.hbm_gib = f.required_number("hbm_gib");
-  g.hbm_gbps = f.required_number("hbm_gbps");
+  g.hbm_gbps = f.required_bandwidth_gbps("hbm_gbps");
   read_fraction(f, "gemm_max_efficiency", g.gemm_max_efficiency);
   g.gemm_half_dim = f.required_number("gemm_half_dim", /*allow_zero=*/true);
   g.sm_count = f.required_int("sm_count");
@@ -105,7 +105,7 @@ Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
 Status read_node(const nlohmann::json& j, const std::string& where, NodeSpec& n) {
   JsonFields f(j, where + ": node");
   n.gpus = f.required_int("gpus");
-  n.busbw_gbps = f.required_number("busbw_gbps");
+  n.busbw_gbps = f.required_bandwidth_gbps("busbw_gbps");
   n.latency_us = f.required_number("latency_us", /*allow_zero=*/true);
   n.nccl_sms = f.optional_int("nccl_sms", 0).value_or(0);
   require_source(f);
@@ -116,7 +116,12 @@ Status read_node(const nlohmann::json& j, const std::string& where, NodeSpec& n)
 
 Status read_network(const nlohmann::json& j, const std::string& where, NetworkSpec& n) {
   JsonFields f(j, where + ": network");
-  n.bw_per_gpu_gbps = f.required_number("bw_per_gpu_gbps");
+  n.bw_per_gpu_gbps = f.required_bandwidth_gbps("bw_per_gpu_gbps");
+  // The fastest NICs today run 800 Gb/s = 100 GB/s; more per GPU is a bits-for-bytes slip.
+  if (f.ok() && n.bw_per_gpu_gbps > 100)
+    f.fail("bw_per_gpu_gbps", std::to_string(static_cast<int64_t>(n.bw_per_gpu_gbps)) +
+                                  " GB/s per GPU is faster than any NIC (800 Gb/s = 100 GB/s): _gbps is gigaBYTES "
+                                  "per second; write a 400 Gb/s NIC as 50 or \"400 Gb/s\"");
   n.latency_us = f.required_number("latency_us", /*allow_zero=*/true);
   n.topology = f.required_string("topology");
   if (f.ok() && n.topology != "fat-tree") f.fail("topology", "unknown '" + n.topology + "' (supported: fat-tree)");
@@ -133,8 +138,8 @@ Status read_network(const nlohmann::json& j, const std::string& where, NetworkSp
 Status read_host(const nlohmann::json& j, const std::string& where, HostSpec& h) {
   JsonFields f(j, where + ": host");
   h.memory_gib = f.required_number("memory_gib");
-  h.memory_gbps = f.required_number("memory_gbps");
-  h.pcie_gbps = f.required_number("pcie_gbps");
+  h.memory_gbps = f.required_bandwidth_gbps("memory_gbps");
+  h.pcie_gbps = f.required_bandwidth_gbps("pcie_gbps");
   require_source(f);
   f.reject_unknown_keys({"source"});
   if (!f.ok()) return Error{f.error()};
@@ -162,6 +167,7 @@ Result<ClusterSpec> cluster_from_json(const nlohmann::json& j, const std::string
 }
 
 Result<ClusterSpec> load_cluster(const std::string& name_or_path) {
+  if (std::string unknown = unknown_data_file(name_or_path, "clusters", "cluster"); !unknown.empty()) return Error{unknown};
   const std::string path = resolve_data_file(name_or_path, "clusters");
   Result<nlohmann::json> j = read_json_file(path);
   if (!j.ok()) return Error{j.error()};

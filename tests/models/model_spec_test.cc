@@ -94,7 +94,9 @@ TEST(ModelSpec, FindsModelsByNameOrPath) {
   EXPECT_TRUE(load_model(std::string(PARALLAX_SOURCE_DIR) + "/models/13b.json").ok());
   Result<ModelSpec> missing = load_model("no-such-model");
   ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.error().find("cannot open"), std::string::npos);
+  EXPECT_EQ(missing.error().rfind("unknown model 'no-such-model' (not a file; bundled: 13b, ", 0), 0u) << missing.error();
+  EXPECT_NE(load_model("llama3-8").error().find("; closest: llama3-8b)"), std::string::npos);
+  EXPECT_NE(load_model("/no/such/model.json").error().find("/no/such/model.json: cannot open file"), std::string::npos);
 }
 
 TEST(ModelSpec, ErrorsNameTheKey) {

@@ -50,6 +50,28 @@ TEST(ClusterSpec, ErrorsNameSectionAndKey) {
             "c.json: key 'network': missing required key");
   EXPECT_EQ(error_after([](nlohmann::json& j) { j["gpu"]["peak_tflops"]["bf16"] = -1; }),
             "c.json: gpu.peak_tflops: key 'bf16': must be > 0, got -1");
+  // A NIC typed in gigabits as if it were gigabytes is faster than any NIC.
+  EXPECT_EQ(error_after([](nlohmann::json& j) { j["network"]["bw_per_gpu_gbps"] = 400; }),
+            "c.json: network: key 'bw_per_gpu_gbps': 400 GB/s per GPU is faster than any NIC (800 Gb/s = 100 GB/s): "
+            "_gbps is gigaBYTES per second; write a 400 Gb/s NIC as 50 or \"400 Gb/s\"");
+  EXPECT_EQ(error_after([](nlohmann::json& j) { j["network"]["bw_per_gpu_gbps"] = "400 Gbps"; }),
+            "c.json: network: key 'bw_per_gpu_gbps': cannot read bandwidth \"400 Gbps\" (a number of GB/s, or N "
+            "Gb/s, Gbit/s, GB/s, Tb/s, TB/s)");
+}
+
+// Bandwidths may carry their unit: bits are divided by 8, terabytes multiplied by 1000.
+TEST(ClusterSpec, BandwidthWithUnits) {
+  nlohmann::json j = testing_support::round_cluster_json();
+  j["network"]["bw_per_gpu_gbps"] = "400 Gb/s";
+  j["gpu"]["hbm_gbps"] = "3.35 TB/s";
+  j["node"]["busbw_gbps"] = "370 GB/s";
+  j["host"]["pcie_gbps"] = "512 Gbit/s";
+  Result<ClusterSpec> c = cluster_from_json(j, "c.json");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_DOUBLE_EQ(c->network.bw_per_gpu_gbps, 50);
+  EXPECT_DOUBLE_EQ(c->gpu.hbm_gbps, 3350);
+  EXPECT_DOUBLE_EQ(c->node.busbw_gbps, 370);
+  EXPECT_DOUBLE_EQ(c->host.pcie_gbps, 64);
 }
 
 }  // namespace

@@ -133,7 +133,10 @@ TEST(Planner, NoPlanStillPrintsItsDocument) {
 
 TEST(Planner, BadInputs) {
   expect_bad_input(run("planner", "--gpus 8"), "--model");
-  expect_bad_input(run("planner", "--model nope --gpus 8"), "nope: cannot open file");
+  expect_bad_input(run("planner", "--model nope --gpus 8"), "unknown model 'nope' (not a file; bundled: 13b, ");
+  expect_bad_input(run("planner", "--model 13c --gpus 8"), "; closest: 13b)");
+  expect_bad_input(run("planner", "--model /nowhere/m.json --gpus 8"), "/nowhere/m.json: cannot open file");
+  expect_bad_input(run("planner", "--model " + testing::TempDir() + " --gpus 8"), ": is a directory, not a JSON file");
   expect_bad_input(run("planner", "--model 13b --gpus 0"), "--gpus must be >= 1, got 0");
   expect_bad_input(run("planner", "--model 13b --gpus -8"), "--gpus");
   expect_bad_input(run("planner", "--model 13b --gpus many"), "--gpus");
@@ -141,7 +144,8 @@ TEST(Planner, BadInputs) {
   expect_bad_input(run("planner", "--model 13b --gpus 8 --precision int4"), "--precision: unknown 'int4'");
   expect_bad_input(run("planner", "--model 13b --gpus 8 --seq-len 100000"), "exceeds max_position_embeddings");
   expect_bad_input(run("planner", "--model llama3.1-405b --gpus 1"), "no plan of model 'llama3.1-405b' fits 1 GPU(s)");
-  expect_bad_input(run("planner", "--model 13b --gpus 8 --cluster nowhere"), "nowhere: cannot open file");
+  expect_bad_input(run("planner", "--model 13b --gpus 8 --cluster dgx-h10"), "unknown cluster 'dgx-h10'");
+  expect_bad_input(run("planner", "--model 13b --gpus 8 --cluster dgx-h10"), "closest: dgx-h100)");
   ToolRun many_threads = run("planner", "--model gpt2 --gpus 8 --threads 100000 --top 1");
   EXPECT_EQ(many_threads.code, 0) << many_threads.err;
   // The default batch adapts to odd GPU counts: 6 GPUs get 1026 sequences, not 1024.
@@ -257,7 +261,7 @@ TEST(Train, BadInputs) {
   offload["offload"] = true;
   expect_bad_input(run("train", "--model " + model + " --plan " + temp_file("t2o.json", offload.dump())),
                    "does not execute offload yet");
-  expect_bad_input(run("train", "--model nowhere --plan " + plan("t4.json", 0, 1, "fp32")), "nowhere: cannot open file");
+  expect_bad_input(run("train", "--model nowhere --plan " + plan("t4.json", 0, 1, "fp32")), "unknown model 'nowhere'");
   // A torchrun-style start without mpirun: the launcher's world and MPI's disagree.
   ToolRun torchrun = run("train", "--model " + model + " --plan " + plan("t6.json", 0, 1, "fp32") + " --steps 1");
   const std::string torchrun_cmd = "env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 " + bin("train");
