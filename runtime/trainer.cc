@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <fstream>
 #include <sstream>
@@ -76,6 +77,8 @@ StreamKind record_stream(const StageProgram& stage, const OpRecord& r) {
 }
 
 Result<std::vector<int>> read_token_file(const std::string& path, int64_t vocab) {
+  std::error_code ec;  // reading a directory throws inside the stream library
+  if (std::filesystem::is_directory(path, ec)) return Error{path + ": is a directory, not a training file"};
   std::ifstream in(path, std::ios::binary);
   if (!in) return Error{path + ": cannot open file"};
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -94,6 +94,15 @@ void write_trace(const Options& o, const Plan& plan, const ModelSpec& m, Trainer
   if (Status st = write_text_file(o.trace, trace.dump()); !st.ok()) cli::fail(st.error());
 }
 
+// One line per step as it ends (rank 0; a table run only, json prints once at the end), flushed
+// so that a long run is never silent.
+void print_step(const Plan& plan, int64_t step, int64_t steps, const StepStats& s, double time_s) {
+  std::cout << "step " << step + 1 << "/" << steps << "  loss " << cli::fixed(s.loss, 6) << "  " << cli::fixed(time_s, 4)
+            << " s  " << cli::fixed(static_cast<double>(plan.global_batch * plan.seq_len) / time_s, 0) << " tokens/s"
+            << (plan.precision == Precision::kFp16 ? "  loss scale " + cli::fixed(s.loss_scale, 0) : "")
+            << (s.skipped ? "  (skipped: overflow)" : "") << std::endl;
+}
+
 void report(const Options& o, const Plan& plan, Trainer& trainer, Communicator& world,
             const std::vector<double>& losses, const std::vector<double>& times, const std::vector<int64_t>& skipped,
             double loss_scale) {
@@ -116,8 +125,7 @@ void report(const Options& o, const Plan& plan, Trainer& trainer, Communicator& 
     std::cout << j.dump() << "\n";
     return;
   }
-  for (size_t i = 0; i < losses.size(); ++i) std::cout << "step " << i + 1 << "  loss " << cli::fixed(losses[i], 6) << "\n";
-  std::cout << "median step " << cli::fixed(step_s, 4) << " s, " << cli::fixed(j["tokens_per_s"].get<double>(), 0)
+  std::cout << "median step (steps 2.." << losses.size() << "; step 1 is warm-up) " << cli::fixed(step_s, 4) << " s, " << cli::fixed(j["tokens_per_s"].get<double>(), 0)
             << " tokens/s, peak memory " << cli::fixed(peak_kib / 1024.0, 1) << " MiB per rank\n";
 }
 
@@ -193,8 +201,8 @@ nlohmann::json run_identity(const Options& o, const Plan& plan, const ModelSpec&
 }
 
 // Steps first..steps-1, checkpointing as asked; the fail-rank hook kills its rank on cue.
-RunLog train_steps(const Options& o, Trainer& trainer, Communicator& world, const nlohmann::json& identity,
-                   int64_t first) {
+RunLog train_steps(const Options& o, const Plan& plan, Trainer& trainer, Communicator& world,
+                   const nlohmann::json& identity, int64_t first) {
   RunLog log;
   for (int64_t step = first; step < o.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
@@ -203,6 +211,7 @@ RunLog train_steps(const Options& o, Trainer& trainer, Communicator& world, cons
     if (stats.skipped) log.skipped.push_back(step);
     log.loss_scale = stats.loss_scale;
     log.times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (o.format == "table" && world.rank() == 0) print_step(plan, step, o.steps, stats, log.times.back());
     if (world.rank() == o.fail_rank && step + 1 - first == o.fail_after_steps) std::raise(SIGKILL);
     const bool last = step + 1 == o.steps, periodic = o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0;
     if (!o.checkpoint.empty() && (last || periodic))
@@ -253,7 +262,7 @@ int run(int argc, char** argv) {
     if (Status s = (*trainer)->load_state(ckpt->state); !s.ok()) fail_all(*world, o.checkpoint + ": " + s.error());
     first = ckpt->step;
   }
-  const RunLog log = train_steps(o, **trainer, *watched_world, identity, first);
+  const RunLog log = train_steps(o, *plan, **trainer, *watched_world, identity, first);
   if (log.losses.empty()) fail_all(*world, "nothing to do: the checkpoint is already at step " + std::to_string(first));
   report(o, *plan, **trainer, *watched_world, log.losses, log.times, log.skipped, log.loss_scale);
   if (!o.trace.empty()) write_trace(o, *plan, *m, **trainer, *watched_world, log.times.back());

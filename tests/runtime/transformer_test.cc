@@ -96,6 +96,7 @@ TEST(Trainer, ReadsTokenFiles) {
   EXPECT_EQ(read_token_file(bytes, 256).value(), (std::vector<int>{'h', 'i', '!'}));
   EXPECT_EQ(read_token_file(bytes, 100).error(), bytes + ": token 104 is outside the vocabulary of 100");
   EXPECT_EQ(read_token_file(testing::TempDir() + "/none", 128).error(), testing::TempDir() + "/none: cannot open file");
+  EXPECT_EQ(read_token_file(testing::TempDir(), 128).error(), testing::TempDir() + ": is a directory, not a training file");
 }
 
 TEST(Trainer, RankCoordinatesFollowTheRankOrder) {

@@ -272,6 +272,15 @@ TEST(Train, BadInputs) {
   EXPECT_NE(slurp(testing::TempDir() + "/torchrun.err").find("torchrun says the world has 2 ranks but MPI has 1"),
             std::string::npos);
   EXPECT_EQ(torchrun.code, 0);
+  // A table run prints a line per step as it ends, then the median it states.
+  ToolRun two = run("train", "--model " + model + " --plan " + plan("t9.json", 0, 1, "fp32") + " --steps 2");
+  ASSERT_EQ(two.code, 0) << two.err;
+  EXPECT_EQ(two.out.find("step 1/2  loss "), 0u) << two.out;
+  EXPECT_NE(two.out.find("\nstep 2/2  loss "), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("median step (steps 2..2; step 1 is warm-up)"), std::string::npos) << two.out;
+  expect_bad_input(run("train", "--model " + model + " --plan " + plan("t10.json", 0, 1, "fp32") + " --data " +
+                                    testing::TempDir()),
+                   "is a directory, not a training file");
   const std::string fp32 = " --plan " + plan("t8.json", 0, 1, "fp32");
   expect_bad_input(run("train", "--model " + model + fp32 + " --device tpu"), "--device: unknown 'tpu' (expected cpu|cuda)");
   expect_bad_input(run("train", "--model " + model + fp32 + " --emulate-rank 0"),
