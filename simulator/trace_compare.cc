@@ -10,6 +10,11 @@ namespace parallax {
 
 namespace {
 
+nlohmann::json metadata_of(const nlohmann::json& trace) {
+  return trace.is_object() && trace.contains("metadata") && trace["metadata"].is_object() ? trace["metadata"]
+                                                                                           : nlohmann::json::object();
+}
+
 struct Event {
   int pid, tid;
   std::string name;
@@ -92,8 +97,7 @@ TraceSummary summarise(const std::vector<Event>& events, const nlohmann::json& t
     busy[e.pid] += 0;
     if (is_pass(e.name)) busy[e.pid] += e.duration_s, pipeline_end = std::max(pipeline_end, e.start_s + e.duration_s);
   }
-  const nlohmann::json meta =
-      trace.contains("metadata") && trace["metadata"].is_object() ? trace["metadata"] : nlohmann::json::object();
+  const nlohmann::json meta = metadata_of(trace);
   s.step_time_s = meta.contains("step_time_s") && meta["step_time_s"].is_number() ? meta["step_time_s"].get<double>()
                                                                                    : end - begin;
   // StepReport's definition (README "Bubble"): the share of the pipeline phase, from the step's
@@ -108,11 +112,31 @@ TraceSummary summarise(const std::vector<Event>& events, const nlohmann::json& t
   return s;
 }
 
+// Traces of different runs, or given the wrong way round, compare to nonsense: refuse them. A
+// trace without Parallax's metadata (another tool's) is compared as given.
+Status check_same_run(const nlohmann::json& predicted, const nlohmann::json& measured) {
+  const nlohmann::json p = metadata_of(predicted), m = metadata_of(measured);
+  auto source = [](const nlohmann::json& meta) { return meta.value("source", std::string()); };
+  if (source(p) == "parallax train" || source(m) == "parallax simulate")
+    return Error{"the predicted trace comes from '" + source(p) + "' and the measured one from '" + source(m) +
+                 "': swap --predicted and --measured"};
+  if (p.contains("model") && m.contains("model") && p["model"] != m["model"])
+    return Error{"the traces are of different models: predicted " + p["model"].dump() + ", measured " + m["model"].dump()};
+  if (p.contains("plan") && m.contains("plan") && p["plan"].is_object() && m["plan"].is_object())
+    for (const char* key : {"tp", "pp", "dp", "zero", "micro_batch", "global_batch", "seq_len", "schedule",
+                            "virtual_stages", "recompute", "sequence_parallel", "precision"})
+      if (p["plan"].value(key, nlohmann::json()) != m["plan"].value(key, nlohmann::json()))
+        return Error{std::string("the traces are of different plans: ") + key + " " + p["plan"].value(key, nlohmann::json()).dump() +
+                     " predicted, " + m["plan"].value(key, nlohmann::json()).dump() + " measured"};
+  return Status::Ok();
+}
+
 }  // namespace
 
 double relative_error(double predicted, double measured) { return measured != 0 ? predicted / measured - 1 : 0; }
 
 Result<Comparison> compare_traces(const nlohmann::json& predicted, const nlohmann::json& measured) {
+  if (Status s = check_same_run(predicted, measured); !s.ok()) return Error{s.error()};
   Result<std::vector<Event>> p = complete_events(predicted, "predicted");
   if (!p.ok()) return Error{p.error()};
   Result<std::vector<Event>> m = complete_events(measured, "measured");

@@ -34,6 +34,26 @@ TEST(Compare, MatchesByStageAndName) {
   EXPECT_NEAR(c->kinds[0].measured_median_s, 18e-6, 1e-12);
 }
 
+// Traces of different models or plans, or swapped, are refused with one line naming what differs.
+TEST(Compare, RefusesTracesOfDifferentRuns) {
+  const nlohmann::json plan = {{"tp", 1}, {"pp", 2}, {"dp", 1}, {"zero", 0}, {"micro_batch", 1}, {"global_batch", 4}};
+  auto trace = [&](const char* source, const char* model, int pp) {
+    nlohmann::json p = plan;
+    p["pp"] = pp;
+    return nlohmann::json{{"traceEvents", {ev(0, 0, "F mb=0 chunk=0", 0, 10)}},
+                          {"metadata", {{"source", source}, {"model", model}, {"plan", p}}}};
+  };
+  const nlohmann::json sim = trace("parallax simulate", "gpt", 2), run = trace("parallax train", "gpt", 2);
+  EXPECT_TRUE(compare_traces(sim, run).ok());
+  EXPECT_EQ(compare_traces(run, sim).error(),
+            "the predicted trace comes from 'parallax train' and the measured one from 'parallax simulate': swap "
+            "--predicted and --measured");
+  EXPECT_EQ(compare_traces(sim, trace("parallax train", "llama", 2)).error(),
+            "the traces are of different models: predicted \"gpt\", measured \"llama\"");
+  EXPECT_EQ(compare_traces(sim, trace("parallax train", "gpt", 4)).error(),
+            "the traces are of different plans: pp 2 predicted, 4 measured");
+}
+
 // Bubble as StepReport defines it. Two stages; the pipeline phase ends with stage 0's B at 40 us.
 // Stage 0 does F/B for 10 + 20 = 30 us: idle 10/40. Stage 1 does 10 + 10 = 20 us: idle 20/40. The
 // DP reduction after 40 us and the optimizer are outside the phase. Mean: (0.25 + 0.5) / 2 = 0.375.
