@@ -63,7 +63,11 @@ MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage
   const double boundary = boundary_tensor_bytes(m, plan) /
                           (plan.sequence_parallel ? d(plan.tp) : 1.0);
   if (plan.pp > 1) mem.buffers += 4 * boundary;  // send and receive, forward and backward
-  if (plan.dp > 1) mem.buffers += 2 * plan.execution.dp_bucket_mib * kMiB;  // double-buffered bucket
+  // One gradient bucket staged for its reduction (the runtimes copy a bucket out, reduce it and
+  // copy it back; frameworks that reduce views of the gradient buffer need less). A bucket holds
+  // at most one chunk's gradients.
+  const double chunk_grads = params * bpp.gradients / d(plan.virtual_stages);
+  if (plan.dp > 1) mem.buffers += std::min(plan.execution.dp_bucket_mib * kMiB, chunk_grads);
   if (plan.zero >= 3 && plan.dp > 1) {
     // ZeRO-3 gathers the current layer and prefetches the next.
     mem.buffers += 2 * d(layer_params(m).total()) / d(plan.tp) * bpp.weights;

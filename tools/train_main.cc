@@ -90,7 +90,9 @@ void write_trace(const Options& o, const Plan& plan, const ModelSpec& m, Trainer
   if (world.rank() != 0) return;
   const nlohmann::json trace = measured_trace(
       trainer.program(), m, measured,
-      {{"source", "parallax train"}, {"step_time_s", step_time_s}, {"peak_memory_bytes", MemoryTracker::peak_bytes()}});
+      {{"source", "parallax train"}, {"step_time_s", step_time_s},
+       {"step_time_measured_as", "median of the steps after the first (warm-up); the events are the last step's"},
+       {"peak_memory_bytes", MemoryTracker::peak_bytes()}});
   if (Status st = write_text_file(o.trace, trace.dump()); !st.ok()) cli::fail(st.error());
 }
 
@@ -265,7 +267,9 @@ int run(int argc, char** argv) {
   const RunLog log = train_steps(o, *plan, **trainer, *watched_world, identity, first);
   if (log.losses.empty()) fail_all(*world, "nothing to do: the checkpoint is already at step " + std::to_string(first));
   report(o, *plan, **trainer, *watched_world, log.losses, log.times, log.skipped, log.loss_scale);
-  if (!o.trace.empty()) write_trace(o, *plan, *m, **trainer, *watched_world, log.times.back());
+  // The trace's step time is the median train prints (its ops are the last step's), so that
+  // compare and train state the same measured step.
+  if (!o.trace.empty()) write_trace(o, *plan, *m, **trainer, *watched_world, steady_step_time(log.times));
   trainer = Error{"done"};  // release communicators before MPI_Finalize
   watched_world.reset();
   world.reset();

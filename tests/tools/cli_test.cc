@@ -278,6 +278,13 @@ TEST(Train, BadInputs) {
   EXPECT_EQ(two.out.find("step 1/2  loss "), 0u) << two.out;
   EXPECT_NE(two.out.find("\nstep 2/2  loss "), std::string::npos) << two.out;
   EXPECT_NE(two.out.find("median step (steps 2..2; step 1 is warm-up)"), std::string::npos) << two.out;
+  // The trace states the same measured step as train's report: the median after warm-up.
+  const std::string trace = testing::TempDir() + "/median_trace.json";
+  ToolRun traced = run("train", "--model " + model + " --plan " + plan("t11.json", 0, 1, "fp32") +
+                                    " --steps 3 --format json --trace " + trace);
+  ASSERT_EQ(traced.code, 0) << traced.err;
+  EXPECT_EQ(nlohmann::json::parse(slurp(trace))["metadata"]["step_time_s"],
+            nlohmann::json::parse(traced.out)["step_time_s"]);
   expect_bad_input(run("train", "--model " + model + " --plan " + plan("t10.json", 0, 1, "fp32") + " --data " +
                                     testing::TempDir()),
                    "is a directory, not a training file");
