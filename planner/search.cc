@@ -105,7 +105,7 @@ bool redundant(const Plan& p) {
 class Worker {
  public:
   Worker(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o, const TimingTable& table)
-      : m_(m), c_(c), o_(o), table_(table), hbm_(c.gpu.hbm_bytes()),
+      : m_(m), c_(c), o_(o), table_(table), hbm_(c.gpu.hbm_bytes() * o.max_memory_fraction),
         host_(c.host.memory_gib * 1073741824.0 / static_cast<double>(c.node.gpus)),
         reserved_(c.gpu.reserved_gib * 1073741824.0) {}
 
@@ -123,16 +123,19 @@ class Worker {
     for (size_t bi = 0; bi < batches.size(); ++bi) {
       p.micro_batch = batches[bi];
       for (const SchedulePick& s : schedules) {
+        if (!o_.schedules.empty() && std::find(o_.schedules.begin(), o_.schedules.end(), s.schedule) == o_.schedules.end())
+          continue;
         p.schedule = s.schedule;
         p.virtual_stages = s.chunks;
         for (int zero = 0; zero <= 3; ++zero) {
+          if (o_.fixed_zero >= 0 && zero != o_.fixed_zero) continue;
           p.zero = zero;
           for (Recompute rc : kRecomputes) {
             p.recompute = rc;
             for (int sp = 0; sp < 2; ++sp) {
               p.sequence_parallel = sp != 0;
               const size_t timing = table_.index(ti, bi, p.sequence_parallel, rc);
-              for (int off = 0; off < 2; ++off) {
+              for (int off = 0; off < (o_.allow_offload ? 2 : 1); ++off) {
                 p.offload = off != 0;
                 consider(p, timing);
               }
@@ -261,13 +264,20 @@ Result<SearchResult> search(const ModelSpec& m, const ClusterSpec& c, const Sear
   if (o.top_k < 1) return Error{"--top must be >= 1"};
   if (!o.runtime.empty() && o.runtime != "cpu" && o.runtime != "cuda")
     return Error{"--runtime: unknown '" + o.runtime + "' (expected cpu|cuda)"};
+  if (!(o.max_memory_fraction > 0 && o.max_memory_fraction <= 1))
+    return Error{"--max-memory-fraction must be in (0, 1]"};
+  if (o.fixed_zero > 3) return Error{"--zero must be 0, 1, 2 or 3"};
 
   const std::vector<int64_t> tps = divisors(o.gpus);
   const std::vector<int64_t> batches = divisors(o.global_batch);
   const TimingTable table(m, c, o, tps, batches);
   std::vector<std::tuple<size_t, int64_t, int64_t>> work;  // (t index, t, p)
-  for (size_t ti = 0; ti < tps.size(); ++ti)
-    for (int64_t pp : divisors(o.gpus / tps[ti])) work.emplace_back(ti, tps[ti], pp);
+  for (size_t ti = 0; ti < tps.size(); ++ti) {
+    if (o.fixed_tp > 0 && tps[ti] != o.fixed_tp) continue;
+    for (int64_t pp : divisors(o.gpus / tps[ti]))
+      if ((o.fixed_pp == 0 || pp == o.fixed_pp) && (o.fixed_dp == 0 || o.gpus / (tps[ti] * pp) == o.fixed_dp))
+        work.emplace_back(ti, tps[ti], pp);
+  }
 
   const int hardware = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const int threads = std::clamp(o.threads > 0 ? o.threads : hardware, 1, std::max(1, std::min<int>(4 * hardware, static_cast<int>(work.size()))));

@@ -31,6 +31,13 @@ struct SearchOptions {
   // Only plans Parallax's own runtime executes: "" (any), "cpu" or "cuda" (program/runtime_support.h).
   // The framework (execution.framework) restricts the search to what it runs the same way.
   std::string runtime;
+  // Filters: plans must leave (1 - max_memory_fraction) of HBM free; offload may be excluded; the
+  // schedules may be restricted (empty: all); degrees and the ZeRO stage may be fixed (0 / -1: free).
+  double max_memory_fraction = 1.0;
+  bool allow_offload = true;
+  std::vector<Schedule> schedules;
+  int64_t fixed_tp = 0, fixed_pp = 0, fixed_dp = 0;
+  int fixed_zero = -1;
 };
 
 // Why a configuration was not ranked: a plan Violation, or one of these.

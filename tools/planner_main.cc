@@ -2,6 +2,7 @@
 //   planner --model M --gpus N [--cluster C] [--global-batch B] [--seq-len S] [--top K]
 //           [--format table|json|csv] [--emit plan|megatron|deepspeed --rank R] [--precision P]
 #include <chrono>
+#include <sstream>
 #include <iostream>
 
 #include "planner/export.h"
@@ -14,8 +15,10 @@ namespace {
 constexpr double kGiB = 1073741824.0;
 
 struct Options {
-  std::string model, cluster = "dgx-h100", format = "table", emit, precision = "bf16", runtime;
-  int64_t gpus = 0, global_batch = 0, seq_len = 0, top = 10, rank = 1;
+  std::string model, cluster = "dgx-h100", format = "table", emit, precision = "bf16", runtime, schedules;
+  int64_t gpus = 0, global_batch = 0, seq_len = 0, top = 10, rank = 1, tp = 0, pp = 0, dp = 0, zero = -1;
+  double max_memory_fraction = 1.0;
+  bool no_offload = false;
   int threads = 0;
   cli::ExecutionFlags execution;
 };
@@ -37,12 +40,13 @@ std::vector<std::string> row(size_t rank, const RankedPlan& r, const ClusterSpec
           std::to_string(p.zero) + (p.offload ? "+off" : ""), std::to_string(p.micro_batch), schedule_cell(p),
           recompute_name(p.recompute), p.sequence_parallel ? "yes" : "no", cli::fixed(e.step_time_s, 3),
           cli::fixed(e.tokens_per_s, 0), cli::fixed(100 * e.mfu, 1), cli::fixed(e.peak_memory_bytes / kGiB, 1),
-          cli::fixed(100 * e.peak_memory_bytes / c.gpu.hbm_bytes(), 0), cli::fixed(100 * e.bubble_fraction, 1),
+          cli::fixed(100 * e.peak_memory_bytes / c.gpu.hbm_bytes(), 0),
+          cli::fixed((c.gpu.hbm_bytes() - e.peak_memory_bytes) / kGiB, 1), cli::fixed(100 * e.bubble_fraction, 1),
           cli::fixed(comm_gb, 1)};
 }
 
 const std::vector<std::string> kHeader = {"rank", "TP", "PP", "DP", "ZeRO", "mb", "schedule", "recompute", "SP",
-                                          "step_s", "tokens/s", "MFU%", "mem_GiB", "HBM%", "bubble%", "comm_GB"};
+                                          "step_s", "tokens/s", "MFU%", "mem_GiB", "HBM%", "free_GiB", "bubble%", "comm_GB"};
 
 nlohmann::json rejections_json(const SearchResult& r) {
   nlohmann::json j = nlohmann::json::object();
@@ -151,6 +155,14 @@ int run(int argc, char** argv) {
   app.add_option("--threads", o.threads, "search threads (default: all cores)");
   cli::add_execution_flags(app, o.execution);
   app.add_option("--runtime", o.runtime, "only plans Parallax's own trainer runs: cpu (MPI ranks) | cuda");
+  app.add_option("--max-memory-fraction", o.max_memory_fraction, "only plans whose peak is at most this share of HBM")
+      ->capture_default_str();
+  app.add_flag("--no-offload", o.no_offload, "no optimizer or weight offload to host memory");
+  app.add_option("--schedules", o.schedules, "only these schedules, comma-separated (gpipe,1f1b,interleaved,zb-h1)");
+  app.add_option("--tp", o.tp, "only this tensor-parallel degree");
+  app.add_option("--pp", o.pp, "only this pipeline-parallel degree");
+  app.add_option("--dp", o.dp, "only this data-parallel degree");
+  app.add_option("--zero", o.zero, "only this ZeRO stage");
   cli::parse(app, argc, argv);
   cli::require_format(o.format, {"table", "json", "csv"});
   if (o.gpus < 1) cli::fail("--gpus must be >= 1, got " + std::to_string(o.gpus));
@@ -173,6 +185,14 @@ int run(int argc, char** argv) {
   so.top_k = static_cast<size_t>(std::max<int64_t>(o.top, o.rank));
   so.threads = o.threads;
   so.runtime = o.runtime;
+  so.max_memory_fraction = o.max_memory_fraction;
+  so.allow_offload = !o.no_offload;
+  so.fixed_tp = o.tp, so.fixed_pp = o.pp, so.fixed_dp = o.dp, so.fixed_zero = static_cast<int>(o.zero);
+  for (const auto& [flag, value] : {std::pair{"--tp", o.tp}, {"--pp", o.pp}, {"--dp", o.dp}})
+    if (app.count(flag) && value < 1) cli::fail(std::string(flag) + " must be >= 1, got " + std::to_string(value));
+  if (app.count("--zero") && (o.zero < 0 || o.zero > 3)) cli::fail("--zero must be 0, 1, 2 or 3, got " + std::to_string(o.zero));
+  std::stringstream names(o.schedules);
+  for (std::string name; std::getline(names, name, ',');) so.schedules.push_back(cli::parse_schedule_or_fail(name));
 
   const auto start = std::chrono::steady_clock::now();
   SearchResult r = cli::value_or_fail(search(m, c, so));

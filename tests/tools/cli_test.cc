@@ -66,6 +66,23 @@ TEST(Planner, DemoPrintsARankedTable) {
   EXPECT_NE(r.out.find("seq_len 4096, global batch 1024"), std::string::npos);  // defaults stated
 }
 
+// The README's example is the binary's output (all but the search time).
+TEST(Planner, ReadmeExampleIsTheBinarysOutput) {
+  const std::string readme = slurp(std::string(PARALLAX_SOURCE_DIR) + "/README.md");
+  const size_t start = readme.find("```\nmodel 13b (llama");
+  ASSERT_NE(start, std::string::npos);
+  const std::string shown = readme.substr(start + 4, readme.find("```", start + 4) - start - 4);
+  ToolRun r = run("planner", "--model models/13b.json --gpus 64");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto without_time = [](const std::string& text) {
+    std::string out, line;
+    std::istringstream in(text);
+    while (std::getline(in, line)) out += line.substr(0, line.find("; searched in")) + "\n";
+    return out;
+  };
+  EXPECT_EQ(without_time(shown), without_time(r.out)) << "regenerate the README's example";
+}
+
 TEST(Planner, JsonAndCsv) {
   ToolRun r = run("planner", "--model 13b --gpus 64 --format json --top 5");
   ASSERT_EQ(r.code, 0) << r.err;
@@ -120,6 +137,25 @@ TEST(Planner, FrameworkAndRuntimeRestrictTheSearch) {
   ASSERT_EQ(cpu.code, 0) << cpu.err;
   for (const auto& p : nlohmann::json::parse(cpu.out)["plans"]) EXPECT_FALSE(p["offload"].get<bool>());
   expect_bad_input(run("planner", "--model gpt2 --gpus 4 --runtime tpu"), "--runtime: unknown 'tpu'");
+}
+
+// The filters users reach for: fixed degrees and ZeRO stage, schedules, no offload, a memory cap.
+TEST(Planner, Filters) {
+  ToolRun r = run("planner", "--model 13b --gpus 64 --format json --top 20 --tp 2 --zero 1 --schedules 1f1b,zb-h1 "
+                             "--no-offload --max-memory-fraction 0.6");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(j["plans"].empty());
+  for (const auto& p : j["plans"]) {
+    EXPECT_EQ(p["tp"], 2);
+    EXPECT_EQ(p["zero"], 1);
+    EXPECT_FALSE(p["offload"].get<bool>());
+    EXPECT_TRUE(p["pp"] == 1 || p["schedule"] == "1f1b" || p["schedule"] == "zb-h1") << p.dump();
+    EXPECT_LE(p["peak_memory_bytes"].get<double>(), 0.6 * 79.6 * 1073741824.0);
+  }
+  expect_bad_input(run("planner", "--model 13b --gpus 64 --schedules 1f1b,pipedream"), "--schedule: unknown 'pipedream'");
+  expect_bad_input(run("planner", "--model 13b --gpus 64 --max-memory-fraction 1.5"), "--max-memory-fraction must be in (0, 1]");
+  expect_bad_input(run("planner", "--model 13b --gpus 64 --tp 0"), "--tp must be >= 1, got 0");
 }
 
 // When nothing fits, json and csv still print their document (empty), and the reason goes to stderr.
