@@ -8,7 +8,7 @@ namespace {
 double d(int64_t x) { return static_cast<double>(x); }
 int64_t mlp_width(const ModelSpec& m) { return m.mlp == Mlp::kSwiGlu ? 2 * m.ffn_hidden : m.ffn_hidden; }
 int64_t mlp_matmuls(const ModelSpec& m) { return m.mlp == Mlp::kSwiGlu ? 3 : 2; }
-int64_t norm_params(const ModelSpec& m) { return m.norm == Norm::kLayerNorm ? 2 * m.hidden : m.hidden; }
+int64_t norm_params(const ModelSpec& m) { return !m.norm_affine ? 0 : m.norm_bias ? 2 * m.hidden : m.hidden; }
 }  // namespace
 
 LayerParams layer_params(const ModelSpec& m) {
@@ -24,7 +24,7 @@ LayerParams layer_params(const ModelSpec& m) {
     p.tp_sharded += m.q_dim() + 2 * m.kv_dim();
   }
   if (m.is_moe()) p.replicated += h * m.experts;  // router
-  p.replicated += 2 * norm_params(m);
+  p.replicated += m.norms_per_layer * norm_params(m) + m.qk_norm_params;
   return p;
 }
 
@@ -126,7 +126,7 @@ double layer_elementwise_bytes_per_token(const ModelSpec& m, int64_t seq_len, in
   // + eps) cast back and times the weight: upcast r 2h w 4h, pow r 4h w 4h, mean r 4h, multiply
   // r 4h w 4h, cast r 4h w 2h, weight r 2h w 2h = 36h. PyTorch's LayerNorm is one kernel either way.
   const double norm = eager && m.norm == Norm::kRmsNorm ? 36 * h : 4 * h;
-  double replicated = 2 * norm + 12 * h;  // 2 norms; 2 residual adds (r 4h, w 2h)
+  double replicated = d(m.norms_per_layer) * norm + 12 * h;  // the norms; 2 residual adds (r 4h, w 2h)
   if (m.dropout) replicated += 10 * h;  // 2 hidden dropouts: r 2h, w 2h, mask h
   // SwiGLU fused: r 4f, w 2f; eager silu (r 2f, w 2f) then multiply (r 4f, w 2f): 10f. GELU and
   // squared ReLU: r 2f, w 2f.
@@ -190,7 +190,7 @@ LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOpti
   if (m.is_moe()) mlp_rep += routed * 2 * h + 4 * d(m.experts);  // permuted tokens, fp32 router probs
   a.attention = (att_rep / rep + att_par / t) * tokens;
   a.mlp = (mlp_rep / rep + mlp_par / t) * tokens;
-  a.norms = 2 * 2 * h / rep * tokens;  // the inputs of both norms
+  a.norms = d(m.norms_per_layer) * 2 * h / rep * tokens;  // the inputs of the norms
   return a;
 }
 

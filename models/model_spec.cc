@@ -21,6 +21,8 @@ bool any_dropout(JsonFields& f, std::initializer_list<const char*> keys) {
 // GPT2Config: learned positions, LayerNorm, GELU, biases everywhere, tied embeddings.
 void read_gpt2(JsonFields& f, ModelSpec& m) {
   m.norm = Norm::kLayerNorm;
+  m.norm_bias = true;
+  m.hidden_act = "gelu_new";
   m.mlp = Mlp::kGelu;
   m.positions = Positions::kLearned;
   m.hidden = f.required_int("n_embd");
@@ -86,6 +88,8 @@ void read_llama_family(JsonFields& f, ModelSpec& m) {
 // linear biases by default. Defaults are NemotronConfig's.
 void read_nemotron(JsonFields& f, ModelSpec& m) {
   m.norm = Norm::kLayerNorm;
+  m.norm_bias = true;
+  m.hidden_act = "relu2";
   m.mlp = Mlp::kSquaredRelu;
   m.positions = Positions::kRotary;
   m.hidden = f.required_int("hidden_size");
@@ -110,6 +114,86 @@ void read_nemotron(JsonFields& f, ModelSpec& m) {
   if (f.ok() && (fraction > 1.0 || static_cast<int64_t>(m.head_dim * fraction) < 2))
     f.fail("partial_rotary_factor", "must leave at least 2 and at most head_dim rotary dimensions");
   m.rotary_dims = static_cast<int64_t>(static_cast<double>(m.head_dim) * fraction) / 2 * 2;
+}
+
+// Decoder-only relatives of Llama and GPT-NeoX: the same keys (hidden_size, intermediate_size,
+// num_hidden_layers, num_attention_heads, num_key_value_heads, vocab_size,
+// max_position_embeddings, head_dim), each type's defaults and the details that change
+// parameters, FLOPs or memory. Defaults are those of each type's Hugging Face config class.
+struct Family {
+  const char* type;
+  Norm norm;
+  bool norm_bias, norm_affine;
+  int norms_per_layer;
+  bool gated;              // gate + up (SwiGLU / GeGLU) rather than one FC1
+  const char* act;         // hidden_act default
+  bool tied;               // tie_word_embeddings default
+  double rotary;           // partial rotary default (1 = all of each head)
+  int qk_norm;             // 0 none, 1 per head (2 head_dim), 2 over the projections (q_dim + kv_dim)
+  bool parallel;           // attention and MLP in parallel
+  bool bias;               // every linear has a bias by default
+};
+constexpr Family kFamilies[] = {
+    {"qwen3", Norm::kRmsNorm, false, true, 2, true, "silu", false, 1.0, 1, false, false},
+    {"olmo2", Norm::kRmsNorm, false, true, 2, true, "silu", false, 1.0, 2, false, false},
+    {"olmo", Norm::kLayerNorm, false, false, 2, true, "silu", false, 1.0, 0, false, false},
+    {"gemma", Norm::kRmsNorm, false, true, 2, true, "gelu_pytorch_tanh", true, 1.0, 0, false, false},
+    {"gemma2", Norm::kRmsNorm, false, true, 4, true, "gelu_pytorch_tanh", true, 1.0, 0, false, false},
+    {"gemma3_text", Norm::kRmsNorm, false, true, 4, true, "gelu_pytorch_tanh", true, 1.0, 1, false, false},
+    {"phi3", Norm::kRmsNorm, false, true, 2, true, "silu", false, 1.0, 0, false, false},
+    {"internlm2", Norm::kRmsNorm, false, true, 2, true, "silu", false, 1.0, 0, false, false},
+    {"granite", Norm::kRmsNorm, false, true, 2, true, "silu", false, 1.0, 0, false, false},
+    {"minicpm", Norm::kRmsNorm, false, true, 2, true, "silu", true, 1.0, 0, false, false},
+    {"cohere", Norm::kLayerNorm, false, true, 1, true, "silu", true, 1.0, 0, true, false},
+    {"stablelm", Norm::kLayerNorm, true, true, 2, true, "silu", false, 0.25, 0, false, false},
+    {"gpt_neox", Norm::kLayerNorm, true, true, 2, false, "gelu", false, 0.25, 0, true, true},
+    {"starcoder2", Norm::kLayerNorm, true, true, 2, false, "gelu_pytorch_tanh", true, 1.0, 0, false, true},
+};
+
+const Family* find_family(const std::string& type) {
+  for (const Family& f : kFamilies)
+    if (type == f.type) return &f;
+  return nullptr;
+}
+
+void read_family(JsonFields& f, ModelSpec& m, const Family& fam) {
+  m.norm = fam.norm;
+  m.norm_bias = fam.norm_bias;
+  m.norm_affine = fam.norm_affine;
+  m.norms_per_layer = fam.norms_per_layer;
+  m.mlp = fam.gated ? Mlp::kSwiGlu : Mlp::kGelu;  // a gated MLP has SwiGLU's shape whatever its activation
+  m.parallel_block = f.optional_bool("use_parallel_residual", fam.parallel);
+  m.positions = Positions::kRotary;
+  m.hidden = f.required_int("hidden_size");
+  m.ffn_hidden = f.required_int("intermediate_size");
+  m.layers = f.required_int("num_hidden_layers");
+  m.heads = f.required_int("num_attention_heads");
+  m.kv_heads = f.optional_int("num_key_value_heads").value_or(m.heads);
+  m.vocab = f.required_int("vocab_size");
+  m.max_positions = f.required_int("max_position_embeddings");
+  m.tied_embeddings = f.optional_bool("tie_word_embeddings", fam.tied);
+  m.rope_theta = f.optional_number("rope_theta").value_or(10000.0);
+  m.norm_eps = f.optional_number(f.has("rms_norm_eps") ? "rms_norm_eps" : f.has("layer_norm_eps") ? "layer_norm_eps" : "norm_epsilon")
+                   .value_or(1e-5);
+  m.hidden_act = f.optional_string(f.has("hidden_activation") ? "hidden_activation" : "hidden_act").value_or(fam.act);
+  const bool bias = f.optional_bool("use_bias", f.optional_bool("bias", fam.bias));
+  m.linear_bias = f.optional_bool("attention_bias", bias) && bias;
+  m.qkv_bias = f.optional_bool("use_qkv_bias", false) || (f.optional_bool("attention_bias", false) && !m.linear_bias);
+  m.dropout = any_dropout(f, {"attention_dropout", "hidden_dropout"});
+  if (f.ok() && m.heads % m.kv_heads != 0) f.fail("num_key_value_heads", "must divide num_attention_heads");
+  read_head_dim(f, m);
+  const double rotary = f.optional_number(f.has("rotary_pct") ? "rotary_pct" : "partial_rotary_factor").value_or(fam.rotary);
+  if (f.ok() && (rotary > 1.0 || static_cast<int64_t>(static_cast<double>(m.head_dim) * rotary) < 2))
+    f.fail("partial_rotary_factor", "must leave at least 2 and at most head_dim rotary dimensions");
+  m.rotary_dims = static_cast<int64_t>(static_cast<double>(m.head_dim) * rotary) / 2 * 2;
+  const int qk = fam.qk_norm ? fam.qk_norm : (f.optional_bool("use_qk_norm", false) || f.optional_bool("qk_layernorm", false) ? 1 : 0);
+  m.qk_norm_params = qk == 1 ? 2 * m.head_dim * (m.norm_bias ? 2 : 1) : qk == 2 ? m.q_dim() + m.kv_dim() : 0;
+  // Named, not priced: each is small beside the GEMMs or changes no FLOP count Parallax uses.
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping", "logit_scale", "embedding_multiplier",
+                          "scale_emb", "clip_qkv"})
+    if (f.has(key)) m.unpriced.push_back(key);
+  if (m.parallel_block) m.unpriced.push_back("parallel attention and MLP (priced as sequential, two TP reductions)");
+  if (f.has("sliding_window")) m.unpriced.push_back("sliding_window (priced as full attention)");
 }
 
 std::string infer_model_type(JsonFields& f, const nlohmann::json& config) {
@@ -161,9 +245,12 @@ Result<ModelSpec> model_from_hf_config(const nlohmann::json& config, const std::
     read_llama_family(f, m);
   } else if (m.model_type == "nemotron") {
     read_nemotron(f, m);
+  } else if (const Family* family = find_family(m.model_type)) {
+    read_family(f, m, *family);
   } else {
-    f.fail("model_type", "unsupported '" + m.model_type +
-                             "' (supported: gpt2, llama, mistral, mixtral, qwen2, nemotron)");
+    std::string known = "gpt2, llama, mistral, mixtral, qwen2, nemotron";
+    for (const Family& fam : kFamilies) known += std::string(", ") + fam.type;
+    f.fail("model_type", "unsupported '" + m.model_type + "' (supported: " + known + ")");
   }
   if (f.ok() && m.positions == Positions::kRotary && m.rotary_dims == 0) m.rotary_dims = m.head_dim;
   if (f.ok()) check_sizes(f, m);

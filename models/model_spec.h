@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +44,16 @@ struct ModelSpec {
   // (Nemotron: half); the rest pass through unrotated.
   int64_t rotary_dims = 0;
   double norm_eps = 1e-5;         // rms_norm_eps (Llama family) or layer_norm_epsilon (GPT-2)
+  // Architecture details beyond Llama's (Gemma, Qwen3, OLMo, Cohere, GPT-NeoX, ...):
+  int64_t norms_per_layer = 2;    // Gemma 2/3: 4 (sandwich norms); Cohere: 1 (parallel block)
+  bool norm_bias = false;         // LayerNorm with a bias (GPT-2, GPT-NeoX, StableLM, Nemotron)
+  bool norm_affine = true;        // OLMo 1: non-parametric LayerNorm (no weights)
+  int64_t qk_norm_params = 0;     // per layer: Qwen3/Gemma 3 per-head q/k norms (2 head_dim), OLMo 2 (q_dim + kv_dim)
+  bool parallel_block = false;    // attention and MLP read the same input (GPT-NeoX, GPT-J, Cohere)
+  std::string hidden_act = "silu";  // the MLP's activation as the config names it
+  // What the config has that Parallax prices as if absent (soft-capping, sliding windows, ...),
+  // named so that reports and the runtimes can say so.
+  std::vector<std::string> unpriced;
 
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }

@@ -7,8 +7,27 @@
 
 namespace parallax {
 
+namespace {
+// The first model feature the transformer of runtime/ does not have (it is GPT-2's or Llama's
+// layer: two affine norms, no q/k norms, a sequential block, SwiGLU or tanh-GELU or squared ReLU),
+// or "".
+std::string model_gap(const ModelSpec& m) {
+  const std::string of = " (" + m.model_type + ")";
+  if (m.norms_per_layer != 2) return std::to_string(m.norms_per_layer) + " norms per layer" + of;
+  if (!m.norm_affine) return "non-parametric norms" + of;
+  if (m.norm == Norm::kLayerNorm && !m.norm_bias) return "LayerNorm without a bias" + of;
+  if (m.qk_norm_params > 0) return "q/k norms" + of;
+  if (m.parallel_block) return "parallel attention and MLP blocks" + of;
+  if (m.mlp == Mlp::kSwiGlu && m.hidden_act != "silu") return "a gated MLP with " + m.hidden_act + of;
+  if (m.mlp == Mlp::kGelu && m.hidden_act != "gelu_new" && m.hidden_act != "gelu_pytorch_tanh")
+    return "the " + m.hidden_act + " activation (it runs GELU's tanh form)" + of;
+  return "";
+}
+}  // namespace
+
 Status check_runtime_support(const ModelSpec& m, const Plan& p) {
   auto no = [](const std::string& what) { return Error{"the CPU runtime does not execute " + what + " yet"}; };
+  if (std::string gap = model_gap(m); !gap.empty()) return no(gap);
   if (m.is_moe())  // training it as a dense model would be silently wrong
     return no("mixture-of-experts models (" + m.name + " has " + std::to_string(m.experts) +
               " experts; expert parallelism is not built)");
@@ -29,6 +48,7 @@ Status check_gpu_support(const ModelSpec& m, const Plan& p, bool emulated) {
   if (p.zero > 1) return no("ZeRO-" + std::to_string(p.zero) + " (only 0 and 1; the CPU runtime executes 2 and 3)");
   if (p.virtual_stages > 1) return no("interleaved schedules (one model chunk per stage)");
   if (m.is_moe()) return no("mixture-of-experts models (expert parallelism is not built)");
+  if (std::string gap = model_gap(m); !gap.empty()) return no(gap);
   if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
     return no(std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)");
   if (p.hybrid_sharding()) return no("hybrid sharding (dp_shard " + std::to_string(p.dp_shard) + " < dp)");

@@ -93,6 +93,12 @@ std::string describe_execution(const Execution& e) {
          (e.overlap_grad_reduce ? ", DP reduction overlapped" : "");
 }
 
+std::string unpriced_line(const ModelSpec& m) {
+  std::string line;
+  for (const std::string& u : m.unpriced) line += (line.empty() ? "model details not priced: " : ", ") + u;
+  return line;
+}
+
 nlohmann::json framework_json(const Execution& e) {
   if (e.framework.empty()) return nullptr;
   const FrameworkProfile p = value_or_fail(framework_profile(e.framework));

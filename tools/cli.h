@@ -51,6 +51,8 @@ void add_execution_flags(CLI::App& app, ExecutionFlags& f);
 Execution execution_or_fail(const ExecutionFlags& f);
 // One line for tables: "framework torchtitan: kernels eager, selective ops, fp32 gradients".
 std::string describe_execution(const Execution& e);
+// "model details not priced: ..." for a model with any (ModelSpec::unpriced), else "".
+std::string unpriced_line(const ModelSpec& m);
 // {"name", "description", "settings": [{key, value, source}]} of the plan's profile, or null.
 nlohmann::json framework_json(const Execution& e);
 

@@ -101,6 +101,7 @@ void print(const Options& o, const ModelSpec& m, const ClusterSpec& c, const Sea
     j["precision"] = precision_name(so.precision);
     j["defaults"] = defaults;
     j["framework"] = cli::framework_json(so.execution);
+    j["model_unpriced"] = m.unpriced;
     j["configurations_considered"] = r.considered;
     j["configurations_evaluated"] = r.evaluated;
     j["configurations_feasible"] = r.feasible;
@@ -127,6 +128,7 @@ void print(const Options& o, const ModelSpec& m, const ClusterSpec& c, const Sea
             << ", attention " << attention_name(so.execution.attention);
   if (!defaults.empty()) std::cout << "  [defaults chosen: " << defaults.dump() << "]";
   if (!so.execution.framework.empty()) std::cout << "\n" << cli::describe_execution(so.execution);
+  if (!m.unpriced.empty()) std::cout << "\n" << cli::unpriced_line(m);
   std::cout << "\n\n"
             << cli::render_table(kHeader, rows) << "\n"
             << r.considered << " configurations considered, " << r.evaluated << " legal and distinct, "

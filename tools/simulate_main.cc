@@ -103,6 +103,7 @@ void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const 
             << ", recompute " << recompute_name(p.recompute) << (p.sequence_parallel ? ", SP" : "")
             << ", seq_len " << p.seq_len << ", global batch " << p.global_batch << ", " << precision_name(p.precision)
             << "\n" << cli::describe_execution(p.execution) << "\n";
+  if (!m.unpriced.empty()) std::cout << cli::unpriced_line(m) << "\n";
   if (!defaults.empty()) std::cout << "defaults chosen: " << defaults.dump() << "\n";
   std::cout << "engine: " << (engine == "event" ? "discrete-event simulation" : "analytical model") << "\n\n" << cli::render_table({"quantity", "value"}, rows);
 }
@@ -214,6 +215,7 @@ int run(int argc, char** argv) {
     j["defaults"] = defaults;
     j["engine"] = o.engine;
     j["framework"] = cli::framework_json(plan.execution);
+    j["model_unpriced"] = m.unpriced;
     if (!stages.is_null()) j["stages"] = stages;
     std::cout << j.dump(2) << "\n";
   } else {

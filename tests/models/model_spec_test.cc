@@ -72,6 +72,73 @@ TEST(ModelSpec, Nemotron15bHasItsPublishedParameters) {
             "n.json: key 'hidden_act': 'gelu' is not supported for nemotron (only relu2)");
 }
 
+// Today's decoder-only checkpoints, each from its published config.json, with the parameter count
+// its model card or paper states. Per layer: attention h (2q + 2kv), MLP 3hf gated or 2hf, the
+// norms (RMSNorm h, LayerNorm with bias 2h, OLMo 1's none), q/k norms, biases; plus V h once or
+// twice (tied or not) and the final norm. E.g. Qwen3-8B: 36 x (41,943,040 + 150,994,944 + 8,192
+// + 256) + 2 x 151,936 x 4,096 + 4,096 = 8,190,735,360 ("8.2B"; 6.95B without embeddings).
+TEST(ModelSpec, TodaysArchitecturesHaveTheirPublishedParameters) {
+  struct Case {
+    const char* name;
+    const char* config;
+    int64_t params;
+    double published;  // as the source rounds it
+  };
+  const Case cases[] = {
+      {"Qwen3-8B", R"({"model_type":"qwen3","hidden_size":4096,"intermediate_size":12288,"num_hidden_layers":36,
+        "num_attention_heads":32,"num_key_value_heads":8,"head_dim":128,"vocab_size":151936,
+        "max_position_embeddings":40960,"tie_word_embeddings":false})", 8'190'735'360, 8.2e9},
+      {"Gemma-7B", R"({"model_type":"gemma","hidden_size":3072,"intermediate_size":24576,"num_hidden_layers":28,
+        "num_attention_heads":16,"num_key_value_heads":16,"head_dim":256,"vocab_size":256000,
+        "max_position_embeddings":8192})", 8'537'680'896, 8.54e9},
+      {"Gemma-2-9B", R"({"model_type":"gemma2","hidden_size":3584,"intermediate_size":14336,"num_hidden_layers":42,
+        "num_attention_heads":16,"num_key_value_heads":8,"head_dim":256,"vocab_size":256000,
+        "max_position_embeddings":8192,"sliding_window":4096,"attn_logit_softcapping":50.0,
+        "final_logit_softcapping":30.0})", 9'241'705'984, 9.24e9},
+      {"Gemma-3-1B", R"({"model_type":"gemma3_text","hidden_size":1152,"intermediate_size":6912,"num_hidden_layers":26,
+        "num_attention_heads":4,"num_key_value_heads":1,"head_dim":256,"vocab_size":262144,
+        "max_position_embeddings":32768,"sliding_window":512})", 999'885'952, 1.0e9},
+      {"Phi-3-mini", R"({"model_type":"phi3","hidden_size":3072,"intermediate_size":8192,"num_hidden_layers":32,
+        "num_attention_heads":32,"num_key_value_heads":32,"vocab_size":32064,"max_position_embeddings":4096,
+        "tie_word_embeddings":false})", 3'821'079'552, 3.82e9},
+      {"OLMo-2-7B", R"({"model_type":"olmo2","hidden_size":4096,"intermediate_size":11008,"num_hidden_layers":32,
+        "num_attention_heads":32,"num_key_value_heads":32,"vocab_size":100352,"max_position_embeddings":4096,
+        "tie_word_embeddings":false})", 7'298'617'344, 7.30e9},
+      {"OLMo-7B", R"({"model_type":"olmo","hidden_size":4096,"intermediate_size":11008,"num_hidden_layers":32,
+        "num_attention_heads":32,"vocab_size":50304,"max_position_embeddings":2048,"clip_qkv":null})", 6'888'095'744, 6.89e9},
+      {"InternLM2-7B", R"({"model_type":"internlm2","hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,
+        "num_attention_heads":32,"num_key_value_heads":8,"vocab_size":92544,"max_position_embeddings":32768,
+        "bias":false})", 7'737'708'544, 7.74e9},
+      {"Granite-3.0-8B", R"({"model_type":"granite","hidden_size":4096,"intermediate_size":12800,"num_hidden_layers":40,
+        "num_attention_heads":32,"num_key_value_heads":8,"vocab_size":49155,"max_position_embeddings":4096,
+        "tie_word_embeddings":true,"embedding_multiplier":12.0})", 8'170'848'256, 8.17e9},
+      {"MiniCPM-2B", R"({"model_type":"minicpm","hidden_size":2304,"intermediate_size":5760,"num_hidden_layers":40,
+        "num_attention_heads":36,"num_key_value_heads":36,"vocab_size":122753,"max_position_embeddings":4096,
+        "scale_emb":12})", 2'724'880'896, 2.72e9},
+      {"Command-R", R"({"model_type":"cohere","hidden_size":8192,"intermediate_size":22528,"num_hidden_layers":40,
+        "num_attention_heads":64,"num_key_value_heads":64,"vocab_size":256000,"max_position_embeddings":8192,
+        "logit_scale":0.0625})", 34'980'831'232, 35.0e9},
+      {"StableLM-2-1.6B", R"({"model_type":"stablelm","hidden_size":2048,"intermediate_size":5632,"num_hidden_layers":24,
+        "num_attention_heads":32,"num_key_value_heads":32,"vocab_size":100352,"max_position_embeddings":4096,
+        "use_qkv_bias":true,"partial_rotary_factor":0.25})", 1'644'515'328, 1.64e9},
+      {"Pythia-1.4B", R"({"model_type":"gpt_neox","hidden_size":2048,"intermediate_size":8192,"num_hidden_layers":24,
+        "num_attention_heads":16,"vocab_size":50304,"max_position_embeddings":2048,"rotary_pct":0.25,
+        "use_parallel_residual":true,"hidden_act":"gelu"})", 1'414'647'808, 1.41e9},
+      {"StarCoder2-7B", R"({"model_type":"starcoder2","hidden_size":4608,"intermediate_size":18432,"num_hidden_layers":32,
+        "num_attention_heads":36,"num_key_value_heads":4,"vocab_size":49152,"max_position_embeddings":16384,
+        "use_bias":true,"sliding_window":4096})", 7'173'923'840, 7.17e9},
+  };
+  for (const Case& c : cases) {
+    Result<ModelSpec> m = model_from_hf_config(nlohmann::json::parse(c.config), c.name);
+    ASSERT_TRUE(m.ok()) << c.name << ": " << m.error();
+    EXPECT_EQ(total_params(*m), c.params) << c.name;
+    EXPECT_NEAR(double(total_params(*m)), c.published, 0.005 * c.published) << c.name;
+  }
+  const ModelSpec gemma2 = model_from_hf_config(nlohmann::json::parse(cases[2].config), "g").value();
+  EXPECT_EQ(gemma2.unpriced.size(), 3u);  // both soft-cappings and the sliding window, named
+  EXPECT_EQ(model_from_hf_config(nlohmann::json::parse(cases[12].config), "p").value().rotary_dims, 32);  // 0.25 x 128
+}
+
 TEST(ModelSpec, ReadsArchitectureDetails) {
   const ModelSpec mix = load("mixtral-8x7b");
   EXPECT_EQ(mix.experts, 8);
@@ -112,7 +179,7 @@ TEST(ModelSpec, ErrorsNameTheKey) {
   EXPECT_EQ(error(R"({"model_type":"gpt2","n_embd":-8,"n_layer":1,"n_head":1,"vocab_size":1,"n_positions":1})"),
             "x.json: key 'n_embd': must be >= 1, got -8");
   EXPECT_EQ(error(R"({"model_type":"bert"})"),
-            "x.json: key 'model_type': unsupported 'bert' (supported: gpt2, llama, mistral, mixtral, qwen2, nemotron)");
+            "x.json: key 'model_type': unsupported 'bert' (supported: gpt2, llama, mistral, mixtral, qwen2, nemotron, qwen3, olmo2, olmo, gemma, gemma2, gemma3_text, phi3, internlm2, granite, minicpm, cohere, stablelm, gpt_neox, starcoder2)");
   EXPECT_EQ(error(R"({"hidden_size":8})"), "x.json: key 'model_type': missing (and no known entry in 'architectures')");
   EXPECT_EQ(error(R"({"model_type":"llama","hidden_size":64,"intermediate_size":1,"num_hidden_layers":1,
                      "num_attention_heads":8,"num_key_value_heads":3,"vocab_size":1,"max_position_embeddings":1})"),

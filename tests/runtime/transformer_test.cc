@@ -130,6 +130,14 @@ TEST(Trainer, RefusesWhatItCannotRunYet) {
             "the CPU runtime does not execute selective recompute 'ops' (it re-runs the attention core) yet");
   p.recompute = Recompute::kNone, p.dp = 4, p.dp_shard = 2, p.zero = 3;
   EXPECT_EQ(check_runtime_support(m, p).error(), "the CPU runtime does not execute hybrid sharding (dp_shard 2 < dp) yet");
+  // Architecture details its transformer does not have are refused by name.
+  p.dp = 1, p.dp_shard = 0, p.zero = 0;
+  ModelSpec qwen3 = m;
+  qwen3.model_type = "qwen3", qwen3.qk_norm_params = 2 * m.head_dim;
+  EXPECT_EQ(check_runtime_support(qwen3, p).error(), "the CPU runtime does not execute q/k norms (qwen3) yet");
+  ModelSpec gemma = m;
+  gemma.model_type = "gemma", gemma.hidden_act = "gelu_pytorch_tanh";
+  EXPECT_EQ(check_runtime_support(gemma, p).error(), "the CPU runtime does not execute a gated MLP with gelu_pytorch_tanh (gemma) yet");
 }
 
 }  // namespace
