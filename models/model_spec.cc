@@ -44,6 +44,18 @@ void read_gpt2(JsonFields& f, ModelSpec& m) {
   if (f.ok()) m.head_dim = m.hidden / m.heads;
 }
 
+// The keys every Llama-style config (and GPT-NeoX's) names its shape with. Hugging Face:
+// num_key_value_heads = null means multi-head attention (k = a).
+void read_shape(JsonFields& f, ModelSpec& m) {
+  m.hidden = f.required_int("hidden_size");
+  m.ffn_hidden = f.required_int("intermediate_size");
+  m.layers = f.required_int("num_hidden_layers");
+  m.heads = f.required_int("num_attention_heads");
+  m.kv_heads = f.optional_int("num_key_value_heads").value_or(m.heads);
+  m.vocab = f.required_int("vocab_size");
+  m.max_positions = f.required_int("max_position_embeddings");
+}
+
 // head_dim as given, else hidden_size / num_attention_heads (both Llama's and Nemotron's rule).
 void read_head_dim(JsonFields& f, ModelSpec& m) {
   if (f.has("head_dim")) {
@@ -59,14 +71,7 @@ void read_llama_family(JsonFields& f, ModelSpec& m) {
   m.norm = Norm::kRmsNorm;
   m.mlp = Mlp::kSwiGlu;
   m.positions = Positions::kRotary;
-  m.hidden = f.required_int("hidden_size");
-  m.ffn_hidden = f.required_int("intermediate_size");
-  m.layers = f.required_int("num_hidden_layers");
-  m.heads = f.required_int("num_attention_heads");
-  // Hugging Face: num_key_value_heads = null means multi-head attention (k = a).
-  m.kv_heads = f.optional_int("num_key_value_heads").value_or(m.heads);
-  m.vocab = f.required_int("vocab_size");
-  m.max_positions = f.required_int("max_position_embeddings");
+  read_shape(f, m);
   m.tied_embeddings = f.optional_bool("tie_word_embeddings", false);
   m.qkv_bias = m.model_type == "qwen2" || f.optional_bool("attention_bias", false);
   m.dropout = any_dropout(f, {"attention_dropout", "hidden_dropout"});
@@ -92,13 +97,7 @@ void read_nemotron(JsonFields& f, ModelSpec& m) {
   m.hidden_act = "relu2";
   m.mlp = Mlp::kSquaredRelu;
   m.positions = Positions::kRotary;
-  m.hidden = f.required_int("hidden_size");
-  m.ffn_hidden = f.required_int("intermediate_size");
-  m.layers = f.required_int("num_hidden_layers");
-  m.heads = f.required_int("num_attention_heads");
-  m.kv_heads = f.optional_int("num_key_value_heads").value_or(m.heads);
-  m.vocab = f.required_int("vocab_size");
-  m.max_positions = f.required_int("max_position_embeddings");
+  read_shape(f, m);
   m.tied_embeddings = f.optional_bool("tie_word_embeddings", false);
   m.rope_theta = f.optional_number("rope_theta").value_or(10000.0);
   m.norm_eps = f.optional_number("norm_eps").value_or(1e-5);
@@ -164,13 +163,7 @@ void read_family(JsonFields& f, ModelSpec& m, const Family& fam) {
   m.mlp = fam.gated ? Mlp::kSwiGlu : Mlp::kGelu;  // a gated MLP has SwiGLU's shape whatever its activation
   m.parallel_block = f.optional_bool("use_parallel_residual", fam.parallel);
   m.positions = Positions::kRotary;
-  m.hidden = f.required_int("hidden_size");
-  m.ffn_hidden = f.required_int("intermediate_size");
-  m.layers = f.required_int("num_hidden_layers");
-  m.heads = f.required_int("num_attention_heads");
-  m.kv_heads = f.optional_int("num_key_value_heads").value_or(m.heads);
-  m.vocab = f.required_int("vocab_size");
-  m.max_positions = f.required_int("max_position_embeddings");
+  read_shape(f, m);
   m.tied_embeddings = f.optional_bool("tie_word_embeddings", fam.tied);
   m.rope_theta = f.optional_number("rope_theta").value_or(10000.0);
   m.norm_eps = f.optional_number(f.has("rms_norm_eps") ? "rms_norm_eps" : f.has("layer_norm_eps") ? "layer_norm_eps" : "norm_epsilon")
