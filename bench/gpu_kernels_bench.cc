@@ -1,5 +1,5 @@
 // GPU kernel speed against the machine's ceilings: the bf16 GEMM (cuBLASLt) and device copy that
-// bound everything else (shared/GPU.md measured about 790 TFLOP/s and 4.3 TB/s on an H200), and
+// bound everything else (about 790 TFLOP/s and 4.3 TB/s measured on an H200), and
 // the runtime's own kernels — fused attention, layernorm, GELU, AdamW. Timing protocol (as
 // nccl-tests): CUDA events around each iteration after Google Benchmark's warm-up, random inputs,
 // manual time. Bandwidth counts bytes read plus written; attention FLOPs count the causal half

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of ../shared/GPU.md, in one call, within 8 minutes on one H200 ($GPU_CHECK_SECONDS,
+# The GPU check (docs/architecture.md, "GPU check"), in one call, within 8 minutes on one H200 ($GPU_CHECK_SECONDS,
 # default 400, bounds the whole run; each step gets at most what is left):
 #   1. kernel and runtime tests against the CPU references; the bf16 GEMM and copy ceilings and
 #      the runtime's kernels (Google Benchmark);
