@@ -15,7 +15,11 @@ build: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# The demo builds only the five tools it runs (no tests, benchmarks or GPU tests).
+DEMO_TARGETS = planner simulate train compare calibrate
+demo: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target $(DEMO_TARGETS)
 	$(BUILD)/bin/planner --model models/13b.json --gpus 64
 	@tools/demo-loop.sh $(BUILD)
 
