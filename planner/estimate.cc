@@ -94,6 +94,11 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const double shard_grads = grads / d(n);
   const double replica_s = plan.zero >= 1 ? collective_time_s(Collective::kAllReduce, shard_grads, replicas, rl) : 0.0;
   const double replica_sent = plan.zero >= 1 ? collective_bytes_per_rank(Collective::kAllReduce, shard_grads, replicas) : 0.0;
+  // Offload with ZeRO-2/3: each micro-batch's gradient shard goes to host memory, and with ZeRO-3
+  // the weight shard comes back before every pass, over PCIe (as the step program's ops).
+  const double pcie_Bps = c.host.pcie_gbps * 1e9;
+  const double grads_to_host_s = plan.offload && plan.zero >= 2 ? shard_grads / pcie_Bps : 0.0;
+  const double weights_from_host_s = plan.offload && plan.zero >= 3 ? weights / d(n) / pcie_Bps : 0.0;
   const double window = slowest.b + slowest.w;
   const double fm = d(mbs);
   switch (plan.zero) {
@@ -107,14 +112,16 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
       e.comm_bytes_per_gpu.dp = sent(Collective::kReduceScatter, grads) + replica_sent + sent(Collective::kAllGather, weights);
       break;
     case 2:  // gradients are sharded, so every micro-batch's are reduce-scattered
-      e.dp_exposed_s = fm * exposed_reduction(time(Collective::kReduceScatter, grads) + replica_s, window, grads, plan) +
+      e.dp_exposed_s = fm * exposed_reduction(time(Collective::kReduceScatter, grads) + replica_s + grads_to_host_s,
+                                              window, grads, plan) +
                        time(Collective::kAllGather, weights);
       e.comm_bytes_per_gpu.dp = fm * (sent(Collective::kReduceScatter, grads) + replica_sent) + sent(Collective::kAllGather, weights);
       break;
     default: {  // 3: gather weights for forward and for backward, prefetched while the previous op runs
-      const double ag = time(Collective::kAllGather, weights);
+      const double ag = time(Collective::kAllGather, weights) + weights_from_host_s;
       e.dp_exposed_s = fm * (std::max(0.0, ag - slowest.f) + std::max(0.0, ag - window) +
-                             exposed_reduction(time(Collective::kReduceScatter, grads) + replica_s, window, grads, plan));
+                             exposed_reduction(time(Collective::kReduceScatter, grads) + replica_s + grads_to_host_s,
+                                               window, grads, plan));
       e.comm_bytes_per_gpu.dp = fm * (2 * sent(Collective::kAllGather, weights) + sent(Collective::kReduceScatter, grads) + replica_sent);
     }
   }

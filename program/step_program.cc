@@ -154,7 +154,9 @@ class StageBuilder {
     OpWaits waits = blocking_;
     blocking_ = OpWaits{};
     const int64_t vs = virtual_stage(stage_, pass.chunk, p_.pp), last_vs = p_.pp * p_.virtual_stages - 1;
-    if (p_.zero == 3 && p_.dp > 1 && pass.kind != OpKind::kWeight) {
+    // ZeRO-3 gathers the stage's weights before each pass: over DP, and with offload from host
+    // memory too (its shard, even on one GPU).
+    if (p_.zero == 3 && (p_.dp > 1 || p_.offload) && pass.kind != OpKind::kWeight) {
       ProgramOp g = collective(CollectiveRole::kWeightGather, Collective::kAllGather, GroupKind::kDp, StreamKind::kDp,
                                stage_weight_bytes_);
       g.pass = pass.kind, g.micro_batch = pass.micro_batch, g.chunk = pass.chunk;
@@ -225,7 +227,7 @@ class StageBuilder {
   void add_shard_reduction(const PipelineOp& pass, int32_t compute) {
     OpWaits waits = {compute};
     if (sp_norms()) waits.push_back(add_norm_gradients(pass.chunk, pass.micro_batch, compute));
-    if (p_.dp < 2) return;
+    if (p_.dp < 2 && !p_.offload) return;  // with offload the shard still goes to host memory
     ProgramOp rs = collective(CollectiveRole::kGradientShard, Collective::kReduceScatter, GroupKind::kDp,
                               StreamKind::kDp, stage_grad_bytes_);
     rs.micro_batch = pass.micro_batch, rs.chunk = pass.chunk;

@@ -231,7 +231,13 @@ double OpCosts::duration_s(const ProgramOp& op, int64_t stage) const {
     case ProgramOpType::kCollective: break;
   }
   const int g = static_cast<int>(op.group);
-  return collective_time_s(op.collective, op.bytes, group_size_[g], link_[g]);
+  double t = collective_time_s(op.collective, op.bytes, group_size_[g], link_[g]);
+  // Offloaded ZeRO-3 weights come from host memory before each pass and gradient shards go back
+  // after each backward (DeepSpeed's offload_param / offload_optimizer): this rank's shard over
+  // PCIe, in line with the collective.
+  if (p_.offload && (op.role == CollectiveRole::kWeightGather || op.role == CollectiveRole::kGradientShard))
+    t += op.bytes / d(p_.shard_degree()) / (c_.host.pcie_gbps * 1e9);
+  return t;
 }
 
 }  // namespace parallax

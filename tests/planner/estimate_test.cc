@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "../simulator/test_cluster.h"
+#include "program/step_program.h"
+#include "simulator/step_costs.h"
 
 namespace parallax {
 namespace {
@@ -93,6 +95,23 @@ TEST(StepReport, SingleGpuStepIsComputePlusOptimizer) {
   EXPECT_DOUBLE_EQ(e.tokens_per_s, 8 * 1024 / e.step_time_s);
   EXPECT_NEAR(e.mfu, e.model_flops / e.step_time_s / 100e12, 1e-12);
   EXPECT_GT(e.hardware_flops, 0);
+}
+
+// ZeRO-3 with offload on one GPU: the 124,439,808 weights (2 bytes) come from host memory before
+// every F and B, at the round cluster's 20 GB/s PCIe: 248,879,616 / 20e9 = 12.444 ms per pass, in the
+// step program as the weight-gather op (even with DP 1) and in the estimate as its exposure.
+TEST(StepReport, OffloadedWeightsCrossPcieEveryPass) {
+  const ModelSpec m = load("gpt2");
+  const ClusterSpec c = round();
+  Plan p = gpt2_plan(1);
+  p.zero = 3, p.offload = true, p.global_batch = 1;
+  const StepProgram prog = build_step_program(m, p);
+  const ProgramOp& gather = prog.stages[0].ops[0];
+  ASSERT_EQ(op_name(gather), "all-gather dp F mb=0 chunk=0");
+  const OpCosts costs(m, c, p);
+  EXPECT_NEAR(costs.duration_s(gather, 0), 124439808.0 * 2 / 20e9, 1e-12);
+  const StepReport e = estimate_step(m, c, p);
+  EXPECT_GT(e.dp_exposed_s, 124439808.0 * 2 / 20e9);  // the first gather has nothing to hide behind
 }
 
 // DP 4 (one node), ZeRO 0: an all-reduce of 2 bytes per parameter, exposed without overlap.
