@@ -140,6 +140,19 @@ Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
   return out.str();
 }
 
+std::vector<std::string> deepspeed_notes(const Plan& p) {
+  std::vector<std::string> notes;
+  if (p.pp > 1)
+    notes.push_back("build the model as PipelineModule(num_stages=" + std::to_string(p.pp) +
+                    ", partition_method=\"parameters\"); DeepSpeed takes the stage count from the code, not the config");
+  if (p.tp > 1)
+    notes.push_back("pass the tensor-parallel groups (mpu=...) to deepspeed.initialize, or DeepSpeed counts the " +
+                    std::to_string(p.tp) + " TP ranks as data-parallel in its train_batch_size check");
+  if (p.recompute == Recompute::kFull && p.pp == 1)
+    notes.push_back("DeepSpeed recomputes only the layers the model wraps in deepspeed.checkpointing.checkpoint");
+  return notes;
+}
+
 Result<nlohmann::json> deepspeed_config(const Plan& p) {
   if (p.pp > 1 && p.schedule != Schedule::k1F1B)
     return Error{std::string("--emit deepspeed: DeepSpeed pipelines run 1f1b only, not ") + schedule_name(p.schedule)};
@@ -162,9 +175,14 @@ Result<nlohmann::json> deepspeed_config(const Plan& p) {
     j["fp16"] = {{"enabled", true}, {"loss_scale", 0}, {"initial_scale_power", 16},
                  {"loss_scale_window", 1000}, {"hysteresis", 2}, {"min_loss_scale", 1}};
   if (p.execution.fp32_gradients && p.precision != Precision::kFp32) {
-    j["data_types"] = {{"grad_accum_dtype", "fp32"}};
+    // Without ZeRO, DeepSpeed's BF16_Optimizer accumulates in fp32 already and refuses an explicit
+    // grad_accum_dtype ("unsupported mix of model_dtype and grad_accum_dtype").
+    if (p.zero > 0) j["data_types"] = {{"grad_accum_dtype", "fp32"}};
     j["communication_data_type"] = "fp32";
   }
+  // The optimizer Parallax prices (Adam with fp32 states); offload needs it named to build
+  // DeepSpeedCPUAdam. The learning rate and betas are the user's to set.
+  j["optimizer"] = {{"type", "AdamW"}, {"params", {{"lr", 3e-4}, {"betas", {0.9, 0.95}}, {"eps", 1e-8}, {"weight_decay", 0.1}}}};
   // DeepSpeed counts the bucket in elements, i.e. gradients.
   const double bucket_elements = p.execution.dp_bucket_mib * 1048576 / bytes_per_param(p).gradients;
   nlohmann::json zero = {{"stage", p.zero},
@@ -177,9 +195,9 @@ Result<nlohmann::json> deepspeed_config(const Plan& p) {
   }
   j["zero_optimization"] = zero;
   if (p.tp > 1) j["tensor_parallel"] = {{"autotp_size", p.tp}};
-  if (p.pp > 1)
-    j["pipeline"] = {{"stages", p.pp}, {"partition", "parameters"},
-                     {"activation_checkpoint_interval", p.recompute == Recompute::kFull ? 1 : 0}};
+  // The stage count and partition are PipelineModule arguments (num_stages, partition_method),
+  // not config keys DeepSpeed reads; deepspeed_notes() says so.
+  if (p.pp > 1) j["pipeline"] = {{"activation_checkpoint_interval", p.recompute == Recompute::kFull ? 1 : 0}};
   if (p.recompute == Recompute::kFull)
     j["activation_checkpointing"] = {{"partition_activations", false}, {"contiguous_memory_optimization", false}};
   return j;

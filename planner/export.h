@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,9 @@ nlohmann::json evaluation_to_json(const ModelSpec& m, const Plan& plan, const St
 // Megatron-LM arguments on one line (so that $(planner --emit megatron) splits into exactly them);
 // DP follows from the world size.
 Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& plan);
+// What a DeepSpeed run needs beyond its config (the pipeline module, TP groups, checkpointing
+// calls in the model), one line each; the planner prints them on stderr.
+std::vector<std::string> deepspeed_notes(const Plan& plan);
 Result<nlohmann::json> deepspeed_config(const Plan& plan);
 
 }  // namespace parallax

@@ -83,6 +83,7 @@ void emit(const Options& o, const ModelSpec& m, const SearchResult& r) {
     std::cout << args;
   } else if (o.emit == "deepspeed") {
     std::cout << cli::value_or_fail(deepspeed_config(p)).dump(2) << "\n";
+    for (const std::string& note : deepspeed_notes(p)) std::cerr << "planner: note: " << note << "\n";
   } else {
     cli::fail("--emit: unknown '" + o.emit + "' (expected plan|megatron|deepspeed)");
   }

@@ -113,8 +113,27 @@ TEST(DeepSpeed, Config) {
   EXPECT_EQ((*j)["zero_optimization"]["offload_param"]["device"], "cpu");
   EXPECT_EQ((*j)["bf16"]["enabled"], true);
   EXPECT_TRUE(j->contains("activation_checkpointing"));
+  EXPECT_EQ((*j)["optimizer"]["type"], "AdamW");  // offload builds DeepSpeedCPUAdam from it
+  // The model must call DeepSpeed's checkpointing: said, since the config cannot do it.
+  EXPECT_EQ(deepspeed_notes(p).size(), 1u);
   p.recompute = Recompute::kSelective;
   EXPECT_FALSE(deepspeed_config(p).ok());
+}
+
+// ZeRO-0 accumulates in fp32 already: no grad_accum_dtype (DeepSpeed refuses it there). A
+// pipeline's stage count lives in the model code: no pipeline.stages, a note instead.
+TEST(DeepSpeed, WhatDeepSpeedReads) {
+  Plan p;
+  p.dp = 4, p.pp = 2, p.global_batch = 16, p.seq_len = 1024;
+  p.execution.fp32_gradients = true;
+  Result<nlohmann::json> j = deepspeed_config(p);
+  ASSERT_TRUE(j.ok()) << j.error();
+  EXPECT_FALSE(j->contains("data_types"));
+  EXPECT_EQ((*j)["communication_data_type"], "fp32");
+  EXPECT_FALSE((*j)["pipeline"].contains("stages"));
+  EXPECT_NE(deepspeed_notes(p)[0].find("PipelineModule(num_stages=2"), std::string::npos);
+  p.zero = 1, p.pp = 1, p.dp = 8;
+  EXPECT_EQ(deepspeed_config(p)->at("data_types")["grad_accum_dtype"], "fp32");
 }
 
 TEST(EvaluationJson, HasTheContractKeys) {
