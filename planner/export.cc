@@ -83,6 +83,8 @@ void model_arguments(const ModelSpec& m, std::vector<std::string>& a) {
 }  // namespace
 
 Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
+  if (m.is_moe() && p.tp > 1 && !p.sequence_parallel)
+    return Error{"--emit megatron: Megatron-Core needs --sequence-parallel for MoE with tensor parallelism"};
   if (p.zero >= 2)
     return Error{"--emit megatron: zero " + std::to_string(p.zero) +
                  " has no Megatron-LM equivalent (zero 1 = --use-distributed-optimizer); use --emit deepspeed"};

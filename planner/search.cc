@@ -161,7 +161,7 @@ class Worker {
     Violation v = first_violation(p, m_, c_.node.gpus);
     if (v != Violation::kNone) return reject(static_cast<size_t>(v));
     if (redundant(p)) return reject(static_cast<size_t>(Rejection::kRedundant));
-    if (!framework_refusal(p.execution.framework, p).empty()) return reject(static_cast<size_t>(Rejection::kFramework));
+    if (!framework_refusal(p.execution.framework, p, m_).empty()) return reject(static_cast<size_t>(Rejection::kFramework));
     if (!runtime_runs(p)) return reject(static_cast<size_t>(Rejection::kRuntime));
     ++result_.evaluated;
     MemoryBreakdown mem = peak_memory(m_, p, reserved_);

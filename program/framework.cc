@@ -111,7 +111,9 @@ FrameworkProfile torchtitan() {
 
 namespace {
 
-std::string megatron_refusal(const std::string& name, const Plan& p) {
+std::string megatron_refusal(const std::string& name, const Plan& p, const ModelSpec& m) {
+  // Megatron-Core asserts sequence parallelism for MoE layers under tensor parallelism.
+  if (m.is_moe() && p.tp > 1 && !p.sequence_parallel) return name + " needs sequence_parallel for MoE with tp > 1";
   if (p.zero >= 2) return name + " runs ZeRO 0 or 1 (the distributed optimizer), not " + std::to_string(p.zero);
   if (p.pp > 1 && p.schedule != Schedule::k1F1B && p.schedule != Schedule::kInterleaved)
     return name + " pipelines run 1f1b or interleaved, not " + schedule_name(p.schedule);
@@ -153,8 +155,8 @@ std::string torchtitan_refusal(const Plan& p) {
 
 }  // namespace
 
-std::string framework_refusal(const std::string& framework, const Plan& p) {
-  if (framework == "megatron" || framework == "nemo" || framework == "megatron-2022") return megatron_refusal(framework, p);
+std::string framework_refusal(const std::string& framework, const Plan& p, const ModelSpec& m) {
+  if (framework == "megatron" || framework == "nemo" || framework == "megatron-2022") return megatron_refusal(framework, p, m);
   if (framework == "deepspeed") return deepspeed_refusal(p);
   if (framework == "fsdp") return fsdp_refusal(p);
   if (framework == "torchtitan") return torchtitan_refusal(p);

@@ -34,6 +34,6 @@ Result<FrameworkProfile> framework_profile(const std::string& name);
 // Why `framework` cannot run `plan`, as one line ("megatron runs ZeRO 0 or 1 ..."), or "" when it
 // can (also for "", Parallax's defaults). What a framework's exporter writes is what it runs:
 // planner --framework lists only plans its --emit can express.
-std::string framework_refusal(const std::string& framework, const Plan& plan);
+std::string framework_refusal(const std::string& framework, const Plan& plan, const ModelSpec& model);
 
 }  // namespace parallax

@@ -59,16 +59,19 @@ TEST(Plan, ExecutionFrameworkProfile) {
 
 // What each framework runs, in one line each.
 TEST(Plan, FrameworkRefusals) {
+  const ModelSpec llama = load("llama2-70b");
   Plan p = base();  // TP 8 x PP 4 x DP 2, interleaved, ZeRO-1, SP, selective
-  EXPECT_EQ(framework_refusal("megatron", p), "");
-  EXPECT_EQ(framework_refusal("deepspeed", p), "deepspeed pipelines run 1f1b only, not interleaved");
-  EXPECT_EQ(framework_refusal("fsdp", p), "fsdp alone has no tensor or pipeline parallelism (tp and pp 1)");
-  EXPECT_EQ(framework_refusal("torchtitan", p), "torchtitan runs DDP (zero 0) or FSDP2 (zero 3), not zero 1");
-  EXPECT_EQ(framework_refusal("", p), "");
+  EXPECT_EQ(framework_refusal("megatron", p, llama), "");
+  EXPECT_EQ(framework_refusal("deepspeed", p, llama), "deepspeed pipelines run 1f1b only, not interleaved");
+  EXPECT_EQ(framework_refusal("fsdp", p, llama), "fsdp alone has no tensor or pipeline parallelism (tp and pp 1)");
+  EXPECT_EQ(framework_refusal("torchtitan", p, llama), "torchtitan runs DDP (zero 0) or FSDP2 (zero 3), not zero 1");
+  EXPECT_EQ(framework_refusal("", p, llama), "");
   p.schedule = Schedule::kZbH1, p.virtual_stages = 1;
-  EXPECT_EQ(framework_refusal("nemo", p), "nemo pipelines run 1f1b or interleaved, not zb-h1");
+  EXPECT_EQ(framework_refusal("nemo", p, llama), "nemo pipelines run 1f1b or interleaved, not zb-h1");
   p.schedule = Schedule::k1F1B, p.zero = 2;
-  EXPECT_EQ(framework_refusal("megatron", p), "megatron runs ZeRO 0 or 1 (the distributed optimizer), not 2");
+  EXPECT_EQ(framework_refusal("megatron", p, llama), "megatron runs ZeRO 0 or 1 (the distributed optimizer), not 2");
+  p.zero = 1, p.sequence_parallel = false;  // Megatron-Core asserts SP for MoE under TP
+  EXPECT_EQ(framework_refusal("megatron", p, load("mixtral-8x7b")), "megatron needs sequence_parallel for MoE with tp > 1");
 }
 
 // bf16 optimizer states: main copy, m and v at 2 bytes each.
