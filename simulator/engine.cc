@@ -59,104 +59,127 @@ struct Progress {
   int32_t version = 0;  // bumped on every re-plan; older finish events are stale
 };
 
+// Finish events keyed by (time, task id): task ids are assigned in a fixed order, so equal times
+// always resolve the same way. The version tells a re-planned finish from a stale one.
+struct Event {
+  double time_s;
+  TaskId task;
+  int32_t version;
+  bool operator>(const Event& o) const { return time_s != o.time_s ? time_s > o.time_s : task > o.task; }
+};
+
+// One run of a graph: streams start their next ready task, finishes come off a heap.
+class EventLoop {
+ public:
+  explicit EventLoop(const TaskGraph& g)
+      : g_(g), hot_(pack(g, succ_)), busy_(g.stream_count(), 0), contention_(g), progress_(g.stream_count()) {
+    const size_t n = g.task_count(), streams = g.stream_count();
+    // Program order of every stream: its tasks in the order they were added.
+    order_first_.assign(streams + 1, 0);
+    for (size_t t = 0; t < n; ++t) ++order_first_[hot_[t].stream + 1];
+    for (size_t s = 0; s < streams; ++s) order_first_[s + 1] += order_first_[s];
+    order_.resize(n);
+    head_.assign(order_first_.begin(), order_first_.end() - 1);
+    for (size_t t = 0; t < n; ++t) order_[head_[hot_[t].stream]++] = static_cast<TaskId>(t);
+    std::copy(order_first_.begin(), order_first_.end() - 1, head_.begin());
+    tl_.start_s.resize(n);
+    tl_.finish_s.assign(n, -1);
+    heap_.reserve(streams);
+  }
+
+  Result<Timeline> run(const std::function<std::string(TaskId)>& name) {
+    for (size_t s = 0; s < g_.stream_count(); ++s) try_start(static_cast<StreamId>(s), 0.0);
+    while (!heap_.empty()) {
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<Event>());
+      const Event e = heap_.back();
+      heap_.pop_back();
+      finish(e);
+    }
+    if (static_cast<size_t>(tl_.events) != g_.task_count()) return deadlock(name);
+    return std::move(tl_);
+  }
+
+ private:
+  void push(double time_s, TaskId t, int32_t version) {
+    heap_.push_back({time_s, t, version});
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<Event>());
+  }
+
+  // The rank's SM share changes by `delta`: its running compute task is re-planned.
+  void reshare(int32_t rank, double delta, double now) {
+    contention_.add(rank, delta);
+    const StreamId c = contention_.compute_stream(rank);
+    if (c < 0 || !busy_[c]) return;
+    Progress& p = progress_[c];
+    p.left_s = std::max(0.0, p.left_s - (now - p.since_s) * p.rate);
+    p.since_s = now;
+    p.rate = contention_.rate(rank);
+    push(now + p.left_s / p.rate, order_[head_[c]], ++p.version);
+  }
+
+  void try_start(StreamId s, double now) {
+    if (busy_[s] || head_[s] == order_first_[s + 1]) return;
+    const TaskId t = order_[head_[s]];
+    if (hot_[t].pending > 0) return;
+    busy_[s] = 1;
+    tl_.start_s[t] = now;
+    const int32_t rank = g_.stream_rank(s);
+    if (g_.stream_kind(s) == StreamKind::kCompute) {
+      Progress& p = progress_[s];
+      p = {hot_[t].duration_s, now, contention_.rate(rank), p.version + 1};
+      push(now + p.left_s / p.rate, t, p.version);
+    } else {
+      push(now + hot_[t].duration_s, t, 0);
+      if (g_.sm_share(t) > 0) reshare(rank, g_.sm_share(t), now);
+    }
+  }
+
+  void finish(const Event& e) {
+    const double now = e.time_s;
+    const TaskId t = e.task;
+    const StreamId s = hot_[t].stream;
+    const bool compute = g_.stream_kind(s) == StreamKind::kCompute;
+    if (compute && e.version != progress_[s].version) return;  // re-planned since
+    tl_.finish_s[t] = now;
+    ++tl_.events;
+    busy_[s] = 0;
+    ++head_[s];
+    if (!compute && g_.sm_share(t) > 0) reshare(g_.stream_rank(s), -g_.sm_share(t), now);
+    for (int32_t i = hot_[t].first_succ; i < hot_[t + 1].first_succ; ++i) {
+      const TaskId u = succ_[i];
+      if (--hot_[u].pending == 0) try_start(hot_[u].stream, now);
+    }
+    try_start(s, now);
+    tl_.makespan_s = now;  // events come out in time order
+  }
+
+  Error deadlock(const std::function<std::string(TaskId)>& name) const {
+    for (size_t s = 0; s < g_.stream_count(); ++s) {
+      if (head_[s] == order_first_[s + 1]) continue;
+      const TaskId t = order_[head_[s]];
+      const std::string what = name ? "'" + name(t) + "'" : std::to_string(t);
+      return Error{"deadlock: task " + what + " on rank " + std::to_string(g_.stream_rank(static_cast<StreamId>(s))) +
+                   " stream " + stream_name(g_.stream_kind(static_cast<StreamId>(s))) + " never becomes ready"};
+    }
+    return Error{"deadlock"};
+  }
+
+  const TaskGraph& g_;
+  std::vector<TaskId> succ_;
+  std::vector<HotTask> hot_;
+  std::vector<int32_t> order_first_, head_;
+  std::vector<TaskId> order_;
+  std::vector<char> busy_;
+  Contention contention_;
+  std::vector<Progress> progress_;  // of the task running on each compute stream
+  std::vector<Event> heap_;
+  Timeline tl_;
+};
+
 }  // namespace
 
 Result<Timeline> run_tasks(const TaskGraph& g, const std::function<std::string(TaskId)>& name) {
-  const size_t n = g.task_count(), streams = g.stream_count();
-  std::vector<TaskId> succ;
-  std::vector<HotTask> hot = pack(g, succ);
-
-  // Program order of every stream: its tasks in the order they were added.
-  std::vector<int32_t> order_first(streams + 1, 0);
-  for (size_t t = 0; t < n; ++t) ++order_first[hot[t].stream + 1];
-  for (size_t s = 0; s < streams; ++s) order_first[s + 1] += order_first[s];
-  std::vector<TaskId> order(n);
-  std::vector<int32_t> head(order_first.begin(), order_first.end() - 1);
-  for (size_t t = 0; t < n; ++t) order[head[hot[t].stream]++] = static_cast<TaskId>(t);
-  std::copy(order_first.begin(), order_first.end() - 1, head.begin());
-  std::vector<char> busy(streams, 0);
-  Contention contention(g);
-  std::vector<Progress> progress(streams);  // of the task running on each compute stream
-
-  Timeline tl;
-  tl.start_s.resize(n);
-  tl.finish_s.assign(n, -1);
-  // Finish events keyed by (time, task id): task ids are assigned in a fixed order, so equal
-  // times always resolve the same way. The version tells a re-planned finish from a stale one.
-  struct Event {
-    double time_s;
-    TaskId task;
-    int32_t version;
-    bool operator>(const Event& o) const { return time_s != o.time_s ? time_s > o.time_s : task > o.task; }
-  };
-  std::vector<Event> heap;
-  heap.reserve(streams);
-  const auto later = std::greater<Event>();
-  auto push = [&](double time_s, TaskId t, int32_t version) {
-    heap.push_back({time_s, t, version});
-    std::push_heap(heap.begin(), heap.end(), later);
-  };
-  // The rank's SM share changes by `delta`: its running compute task is re-planned.
-  auto reshare = [&](int32_t rank, double delta, double now) {
-    contention.add(rank, delta);
-    const StreamId c = contention.compute_stream(rank);
-    if (c < 0 || !busy[c]) return;
-    Progress& p = progress[c];
-    p.left_s = std::max(0.0, p.left_s - (now - p.since_s) * p.rate);
-    p.since_s = now;
-    p.rate = contention.rate(rank);
-    push(now + p.left_s / p.rate, order[head[c]], ++p.version);
-  };
-
-  auto try_start = [&](StreamId s, double now) {
-    if (busy[s] || head[s] == order_first[s + 1]) return;
-    const TaskId t = order[head[s]];
-    if (hot[t].pending > 0) return;
-    busy[s] = 1;
-    tl.start_s[t] = now;
-    const int32_t rank = g.stream_rank(s);
-    if (g.stream_kind(s) == StreamKind::kCompute) {
-      Progress& p = progress[s];
-      p = {hot[t].duration_s, now, contention.rate(rank), p.version + 1};
-      push(now + p.left_s / p.rate, t, p.version);
-    } else {
-      push(now + hot[t].duration_s, t, 0);
-      if (g.sm_share(t) > 0) reshare(rank, g.sm_share(t), now);
-    }
-  };
-  for (size_t s = 0; s < streams; ++s) try_start(static_cast<StreamId>(s), 0.0);
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), later);
-    const Event e = heap.back();
-    heap.pop_back();
-    const double now = e.time_s;
-    const TaskId t = e.task;
-    const StreamId s = hot[t].stream;
-    const bool compute = g.stream_kind(s) == StreamKind::kCompute;
-    if (compute && e.version != progress[s].version) continue;  // re-planned since
-    tl.finish_s[t] = now;
-    ++tl.events;
-    busy[s] = 0;
-    ++head[s];
-    if (!compute && g.sm_share(t) > 0) reshare(g.stream_rank(s), -g.sm_share(t), now);
-    for (int32_t i = hot[t].first_succ; i < hot[t + 1].first_succ; ++i) {
-      const TaskId u = succ[i];
-      if (--hot[u].pending == 0) try_start(hot[u].stream, now);
-    }
-    try_start(s, now);
-    tl.makespan_s = now;  // events come out in time order
-  }
-  if (static_cast<size_t>(tl.events) != n) {
-    for (size_t s = 0; s < streams; ++s) {
-      if (head[s] == order_first[s + 1]) continue;
-      const TaskId t = order[head[s]];
-      const std::string what = name ? "'" + name(t) + "'" : std::to_string(t);
-      return Error{"deadlock: task " + what + " on rank " +
-                   std::to_string(g.stream_rank(static_cast<StreamId>(s))) + " stream " +
-                   stream_name(g.stream_kind(static_cast<StreamId>(s))) + " never becomes ready"};
-    }
-  }
-  return tl;
+  return EventLoop(g).run(name);
 }
 
 }  // namespace parallax
