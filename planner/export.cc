@@ -53,6 +53,8 @@ void model_arguments(const ModelSpec& m, std::vector<std::string>& a) {
   arg("--hidden-size", m.hidden);
   arg("--ffn-hidden-size", m.ffn_hidden);
   arg("--num-attention-heads", m.heads);
+  // Megatron pads it to a multiple of 128 x TP; a real tokenizer's own size takes precedence.
+  arg("--vocab-size", m.vocab);
   if (m.head_dim * m.heads != m.hidden) arg("--kv-channels", m.head_dim);
   if (m.kv_heads != m.heads) {
     a.push_back("--group-query-attention");

@@ -29,6 +29,9 @@ struct TrainFlags {
 
 // The median step time after the first (warm-up) step.
 double steady_step_time(const std::vector<double>& times);
+// One line per step as it ends (loss, time, tokens/s, fp16's loss scale), flushed: a table run of
+// train is never silent.
+void print_step(const Plan& plan, int64_t step, int64_t steps, const StepStats& stats, double time_s);
 
 // What a run of steps produced.
 struct RunLog {

@@ -88,9 +88,7 @@ void report(const TrainFlags& o, const Plan& plan, const ModelSpec& m, GpuTraine
     std::cout << j.dump() << "\n";
     return;
   }
-  for (size_t i = 0; i < run.losses.size(); ++i)
-    std::cout << "step " << i + 1 << "  loss " << cli::fixed(run.losses[i], 6) << "\n";
-  std::cout << "median step " << cli::fixed(step_s, 4) << " s, " << cli::fixed(j["tokens_per_s"].get<double>(), 0)
+  std::cout << "median step (steps 2.." << run.losses.size() << "; step 1 is warm-up) " << cli::fixed(step_s, 4) << " s, " << cli::fixed(j["tokens_per_s"].get<double>(), 0)
             << " tokens/s, " << (!whole_plan ? "" : cli::fixed(tflops_per_gpu, 1) + " model TFLOP/s per GPU, ")
             << "peak memory " << cli::fixed(static_cast<double>(peak) / (1 << 30), 2) << " GiB on " << device_name()
             << "\n";
@@ -159,13 +157,14 @@ int run_gpu_training(const TrainFlags& o, const ModelSpec& m, const Plan& plan, 
       return 3;
     }
     run.times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (o.format == "table" && (!world || world->rank() == 0)) print_step(plan, step, o.steps, *stats, run.times.back());
     run.losses.push_back(stats->loss);
     if (stats->skipped) run.skipped.push_back(step);
     run.loss_scale = stats->loss_scale;
   }
   const bool root = world ? world->rank() == 0 : true;
   report(o, plan, m, **trainer, run, collectives(world.get()), root);
-  if (!o.trace.empty()) write_gpu_trace(o, plan, m, **trainer, run.times.back(), world.get());
+  if (!o.trace.empty()) write_gpu_trace(o, plan, m, **trainer, steady_step_time(run.times), world.get());
   trainer = Error{"done"};  // release the model and communicators before the process ends
   return 0;
 }

@@ -26,6 +26,14 @@ double steady_step_time(const std::vector<double>& times) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// Rank 0 prints it, in table runs only (json prints once at the end).
+void print_step(const Plan& plan, int64_t step, int64_t steps, const StepStats& s, double time_s) {
+  std::cout << "step " << step + 1 << "/" << steps << "  loss " << cli::fixed(s.loss, 6) << "  " << cli::fixed(time_s, 4)
+            << " s  " << cli::fixed(static_cast<double>(plan.global_batch * plan.seq_len) / time_s, 0) << " tokens/s"
+            << (plan.precision == Precision::kFp16 ? "  loss scale " + cli::fixed(s.loss_scale, 0) : "")
+            << (s.skipped ? "  (skipped: overflow)" : "") << std::endl;
+}
+
 std::vector<StageOp> gather_stage_ops(const Plan& plan, const RankCoords& me, int world_rank, int world_size,
                                       const std::vector<OpRecord>& ops, const HostCollectives& c) {
   constexpr int kFields = 4;  // program op, tp flag, start us, duration us
@@ -96,14 +104,6 @@ void write_trace(const Options& o, const Plan& plan, const ModelSpec& m, Trainer
   if (Status st = write_text_file(o.trace, trace.dump()); !st.ok()) cli::fail(st.error());
 }
 
-// One line per step as it ends (rank 0; a table run only, json prints once at the end), flushed
-// so that a long run is never silent.
-void print_step(const Plan& plan, int64_t step, int64_t steps, const StepStats& s, double time_s) {
-  std::cout << "step " << step + 1 << "/" << steps << "  loss " << cli::fixed(s.loss, 6) << "  " << cli::fixed(time_s, 4)
-            << " s  " << cli::fixed(static_cast<double>(plan.global_batch * plan.seq_len) / time_s, 0) << " tokens/s"
-            << (plan.precision == Precision::kFp16 ? "  loss scale " + cli::fixed(s.loss_scale, 0) : "")
-            << (s.skipped ? "  (skipped: overflow)" : "") << std::endl;
-}
 
 void report(const Options& o, const Plan& plan, Trainer& trainer, Communicator& world,
             const std::vector<double>& losses, const std::vector<double>& times, const std::vector<int64_t>& skipped,

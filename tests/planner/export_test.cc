@@ -20,7 +20,7 @@ TEST(Megatron, UpstreamSpellings) {
        {"--tensor-model-parallel-size 8", "--pipeline-model-parallel-size 4",
         "--num-layers-per-virtual-pipeline-stage 10", "--sequence-parallel", "--micro-batch-size 1",
         "--global-batch-size 64", "--seq-length 4096", "--num-layers 80", "--hidden-size 8192",
-        "--ffn-hidden-size 28672", "--num-attention-heads 64", "--group-query-attention", "--num-query-groups 8",
+        "--ffn-hidden-size 28672", "--num-attention-heads 64", "--vocab-size 32000", "--group-query-attention", "--num-query-groups 8",
         "--swiglu", "--normalization RMSNorm", "--position-embedding-type rope",
         "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--bf16", "--use-distributed-optimizer",
         "--recompute-granularity selective"})
