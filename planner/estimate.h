@@ -43,7 +43,7 @@ TierBytes bytes_by_tier(const ClusterSpec& c, const Plan& plan, const CommBytes&
 // (estimate_step) or the discrete-event simulation (planner/simulation.h). Every report, table and
 // exporter reads this one type.
 //
-// Bubble fraction (one definition, README "Bubble"): the pipeline phase runs from the step's start
+// Bubble fraction (one definition, docs/cost-model.md "Bubble"): the pipeline phase runs from the step's start
 // to the end of the last F, B or W on any stage (pipeline_s); a stage's bubble is the part of that
 // phase its compute stream does no F, B or W; bubble_fraction is the mean over stages of bubble /
 // pipeline_s. `compare` computes the same from traces.

@@ -1,5 +1,5 @@
 // Collective kinds and the one byte accounting every part of Parallax uses: the nccl-tests
-// convention (README "Bandwidth"). For a collective over n ranks whose full buffer is S bytes,
+// convention (docs/formats.md, cluster). For a collective over n ranks whose full buffer is S bytes,
 // each rank sends
 //   all-reduce      2(n-1)/n * S
 //   reduce-scatter  (n-1)/n * S      (S: the whole input, n shards)

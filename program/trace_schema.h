@@ -1,4 +1,4 @@
-// The trace schema the simulator and both runtimes write and `compare` reads (README "Traces"):
+// The trace schema the simulator and both runtimes write and `compare` reads:
 // Chrome Trace Event JSON, complete events ("ph": "X") with `ts` and `dur` in microseconds, one
 // process (`pid`) per pipeline stage, one thread (`tid`) per stream below. Event names come from
 // program/step_program.h, so the two sides name every op alike.

@@ -100,7 +100,7 @@ TraceSummary summarise(const std::vector<Event>& events, const nlohmann::json& t
   const nlohmann::json meta = metadata_of(trace);
   s.step_time_s = meta.contains("step_time_s") && meta["step_time_s"].is_number() ? meta["step_time_s"].get<double>()
                                                                                    : end - begin;
-  // StepReport's definition (README "Bubble"): the share of the pipeline phase, from the step's
+  // StepReport's definition (docs/cost-model.md "Bubble"): the share of the pipeline phase, from the step's
   // start to the end of the last F/B/W, that a stage does no F/B/W, averaged over stages.
   const double phase = pipeline_end - begin;
   double idle = 0;

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -81,6 +82,24 @@ TEST(Planner, ReadmeExampleIsTheBinarysOutput) {
     return out;
   };
   EXPECT_EQ(without_time(shown), without_time(r.out)) << "regenerate the README's example";
+}
+
+// The README and docs/ link only files the repository has.
+TEST(Docs, LinksResolveInTheRepository) {
+  const std::string root = PARALLAX_SOURCE_DIR;
+  for (const char* doc : {"README.md", "docs/architecture.md", "docs/cli.md", "docs/formats.md", "docs/cost-model.md",
+                          "bench/validation/README.md"}) {
+    const std::string text = slurp(root + "/" + doc);
+    ASSERT_FALSE(text.empty()) << doc;
+    const std::string dir = std::filesystem::path(root + "/" + doc).parent_path().string();
+    for (size_t at = text.find("]("); at != std::string::npos; at = text.find("](", at + 2)) {
+      std::string target = text.substr(at + 2, text.find(')', at) - at - 2);
+      target = target.substr(0, target.find('#'));
+      if (target.empty() || target.rfind("http", 0) == 0) continue;
+      EXPECT_TRUE(std::filesystem::exists(dir + "/" + target)) << doc << " links " << target;
+    }
+    EXPECT_EQ(text.find("../shared/"), std::string::npos) << doc << " cites a file outside the repository";
+  }
 }
 
 TEST(Planner, JsonAndCsv) {
