@@ -207,6 +207,7 @@ TEST(Planner, BadInputs) {
   ToolRun six = run("planner", "--model 13b --gpus 6 --format json --top 1");
   ASSERT_EQ(six.code, 0) << six.err;
   EXPECT_EQ(nlohmann::json::parse(six.out)["global_batch"], 1026);
+  EXPECT_NE(six.err.find("warning: default global batch 1026 sequences (not a power of two)"), std::string::npos) << six.err;
   expect_bad_input(run("simulate", "--model 13b --plan x.json --tp 8"), "--tp cannot be combined with --plan");
 }
 
