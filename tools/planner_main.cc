@@ -182,12 +182,7 @@ int run(int argc, char** argv) {
   so.global_batch = o.global_batch > 0 ? o.global_batch : cli::default_global_batch(so.seq_len, o.gpus);
   so.precision = cli::parse_precision_or_fail(o.precision);
   if (!app.count("--seq-len")) defaults["seq_len"] = so.seq_len;
-  if (!app.count("--global-batch")) {
-    defaults["global_batch"] = so.global_batch;
-    if ((so.global_batch & (so.global_batch - 1)) != 0)  // not the power of two of ~4M tokens: say why
-      cli::warn("default global batch " + std::to_string(so.global_batch) + " sequences (not a power of two) so that " +
-                "it divides over " + std::to_string(o.gpus) + " GPUs; pass --global-batch to choose");
-  }
+  if (!app.count("--global-batch")) defaults["global_batch"] = so.global_batch;
   if (!app.count("--precision")) defaults["precision"] = o.precision;
   so.execution = cli::execution_or_fail(o.execution);
   so.top_k = static_cast<size_t>(std::max<int64_t>(o.top, o.rank));
@@ -205,6 +200,9 @@ int run(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   SearchResult r = cli::value_or_fail(search(m, c, so));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!app.count("--global-batch") && (so.global_batch & (so.global_batch - 1)) != 0)  // not ~4M tokens' power of two
+    cli::warn("default global batch " + std::to_string(so.global_batch) + " sequences (not a power of two) so that " +
+              "it divides over " + std::to_string(o.gpus) + " GPUs; pass --global-batch to choose");
   if (r.plans.empty()) {
     // Machine-readable formats still print their (empty) document, with the counts of why.
     if (o.emit.empty() && o.format != "table") print(o, m, c, so, r, seconds, defaults);
