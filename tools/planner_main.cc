@@ -200,14 +200,14 @@ int run(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   SearchResult r = cli::value_or_fail(search(m, c, so));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!app.count("--global-batch") && (so.global_batch & (so.global_batch - 1)) != 0)  // not ~4M tokens' power of two
-    cli::warn("default global batch " + std::to_string(so.global_batch) + " sequences (not a power of two) so that " +
-              "it divides over " + std::to_string(o.gpus) + " GPUs; pass --global-batch to choose");
   if (r.plans.empty()) {
     // Machine-readable formats still print their (empty) document, with the counts of why.
     if (o.emit.empty() && o.format != "table") print(o, m, c, so, r, seconds, defaults);
     cli::fail(no_plan_message(r, m, c, o.gpus));
   }
+  if (!app.count("--global-batch") && (so.global_batch & (so.global_batch - 1)) != 0)  // not ~4M tokens' power of two
+    cli::warn("default global batch " + std::to_string(so.global_batch) + " sequences (not a power of two) so that " +
+              "it divides over " + std::to_string(o.gpus) + " GPUs; pass --global-batch to choose");
   if (!o.emit.empty()) {
     emit(o, m, r);
     return 0;
