@@ -13,6 +13,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "../tool_paths.h"
+
 namespace {
 
 struct ToolRun {
@@ -20,10 +22,7 @@ struct ToolRun {
   std::string out, err;
 };
 
-std::string bin(const std::string& tool) {
-  const char* dir = std::getenv("PARALLAX_BIN_DIR");
-  return std::string(dir ? dir : "build/bin") + "/" + tool;
-}
+using parallax::testing_support::bin;
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);

@@ -13,17 +13,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "../tool_paths.h"
+
 namespace {
 
-std::string bin(const std::string& tool) {
-  const char* dir = std::getenv("PARALLAX_BIN_DIR");
-  return std::string(dir ? dir : "build/bin") + "/" + tool;
-}
-
-int sh(const std::string& cmd) {
-  const int status = std::system(cmd.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using parallax::testing_support::bin;
+using parallax::testing_support::sh;
 
 TEST(Loop, CalibratedPredictionMatchesTheMeasuredRun) {
   const std::string dir = testing::TempDir() + "/loop_" + std::to_string(getpid());

@@ -14,20 +14,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "../tool_paths.h"
+
 #include "program/step_program.h"
 
 namespace parallax {
 namespace {
 
-std::string bin(const std::string& tool) {
-  const char* dir = std::getenv("PARALLAX_BIN_DIR");
-  return std::string(dir ? dir : "build/bin") + "/" + tool;
-}
-
-int sh(const std::string& cmd) {
-  const int status = std::system(cmd.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using testing_support::bin;
+using testing_support::sh;
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
