@@ -12,15 +12,15 @@ namespace {
 // layer: two affine norms, no q/k norms, a sequential block, SwiGLU or tanh-GELU or squared ReLU),
 // or "".
 std::string model_gap(const ModelSpec& m) {
-  const std::string of = " (" + m.model_type + ")";
-  if (m.norms_per_layer != 2) return std::to_string(m.norms_per_layer) + " norms per layer" + of;
-  if (!m.norm_affine) return "non-parametric norms" + of;
-  if (m.norm == Norm::kLayerNorm && !m.norm_bias) return "LayerNorm without a bias" + of;
-  if (m.qk_norm_params > 0) return "q/k norms" + of;
-  if (m.parallel_block) return "parallel attention and MLP blocks" + of;
-  if (m.mlp == Mlp::kSwiGlu && m.hidden_act != "silu") return "a gated MLP with " + m.hidden_act + of;
+  auto of = [&](const std::string& what) { return what + " (" + m.model_type + ")"; };
+  if (m.norms_per_layer != 2) return of(std::to_string(m.norms_per_layer) + " norms per layer");
+  if (!m.norm_affine) return of("non-parametric norms");
+  if (m.norm == Norm::kLayerNorm && !m.norm_bias) return of("LayerNorm without a bias");
+  if (m.qk_norm_params > 0) return of("q/k norms");
+  if (m.parallel_block) return of("parallel attention and MLP blocks");
+  if (m.mlp == Mlp::kSwiGlu && m.hidden_act != "silu") return of("a gated MLP with " + m.hidden_act);
   if (m.mlp == Mlp::kGelu && m.hidden_act != "gelu_new" && m.hidden_act != "gelu_pytorch_tanh")
-    return "the " + m.hidden_act + " activation (it runs GELU's tanh form)" + of;
+    return of("the " + m.hidden_act + " activation (it runs GELU's tanh form)");
   return "";
 }
 }  // namespace

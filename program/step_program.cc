@@ -116,7 +116,7 @@ class StageBuilder {
     std::vector<size_t> last_release(p_.virtual_stages, 0);
     for (size_t j = 0; j < ops.size(); ++j)
       if (releases_activations(ops[j].kind, p_.schedule)) last_release[ops[j].chunk] = j;
-    if (gathers_overlap_forward()) add_weight_gathers(-1);  // the previous step's, in steady state
+    if (p_.execution.overlap_param_gather) add_weight_gathers(-1);  // the previous step's, in steady state
     for (size_t j = 0; j < ops.size(); ++j) {
       const int32_t c = add_pass(ops[j]);
       if (p_.zero >= 2 && releases_activations(ops[j].kind, p_.schedule)) add_shard_reduction(ops[j], c);
@@ -270,10 +270,8 @@ class StageBuilder {
     for (StreamKind s : {StreamKind::kTp, StreamKind::kPpSend, StreamKind::kDp})
       if (last_on_[static_cast<int>(s)] >= 0) o.waits_for.push_back(last_on_[static_cast<int>(s)]);
     const int32_t opt = add(std::move(o));
-    if (!gathers_overlap_forward()) add_weight_gathers(opt);
+    if (!p_.execution.overlap_param_gather) add_weight_gathers(opt);
   }
-
-  bool gathers_overlap_forward() const { return p_.execution.overlap_param_gather; }
 
   // ZeRO-1/2: the updated weight shards all-gathered per bucket, after the optimizer (`after`), or
   // with overlap_param_gather (after = -1) at the start of the step, the previous optimizer's
