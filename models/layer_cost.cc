@@ -1,6 +1,7 @@
 #include "models/layer_cost.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace parallax {
 
@@ -9,21 +10,51 @@ double d(int64_t x) { return static_cast<double>(x); }
 int64_t mlp_width(const ModelSpec& m) { return m.mlp == Mlp::kSwiGlu ? 2 * m.ffn_hidden : m.ffn_hidden; }
 int64_t mlp_matmuls(const ModelSpec& m) { return m.mlp == Mlp::kSwiGlu ? 3 : 2; }
 int64_t norm_params(const ModelSpec& m) { return !m.norm_affine ? 0 : m.norm_bias ? 2 * m.hidden : m.hidden; }
+
+// Sums f(layer spec) over the model's layers: its leading dense layers, then the rest.
+template <typename F>
+double over_layers(const ModelSpec& m, F f) {
+  const int64_t dense = m.dense_layers;
+  return (dense > 0 ? d(dense) * f(dense_layer_model(m)) : 0.0) + d(m.layers - dense) * f(m);
+}
+
+// The attention projections' weights by how TP treats them. Multi-head latent attention: the
+// down-projections into the latents (h -> q_lora_rank, h -> kv_lora_rank + the shared rotary key)
+// are replicated over TP, as Megatron-Core builds them; the up-projections and O are split.
+struct AttentionWeights {
+  int64_t sharded = 0, replicated = 0;
+};
+AttentionWeights attention_weights(const ModelSpec& m) {
+  const int64_t h = m.hidden;
+  if (!m.is_mla()) return {h * (m.q_dim() + m.kv_dim() + m.v_dim() + m.o_dim()), 0};
+  const int64_t q = m.q_lora_rank > 0 ? m.q_lora_rank * m.q_dim() : h * m.q_dim();
+  const int64_t kv_up = m.kv_lora_rank * (m.heads * (m.head_dim - m.qk_rope_dim) + m.o_dim());
+  const int64_t down = (m.q_lora_rank > 0 ? h * m.q_lora_rank : 0) + h * (m.kv_lora_rank + m.qk_rope_dim);
+  return {q + kv_up + m.o_dim() * h, down};
+}
+
 }  // namespace
 
 LayerParams layer_params(const ModelSpec& m) {
   LayerParams p;
   const int64_t h = m.hidden, f = m.ffn_hidden;
-  // Q and O are h x q_dim, K and V are h x kv_dim; all are split over TP (column / row parallel).
-  p.tp_sharded += h * (2 * m.q_dim() + 2 * m.kv_dim());
-  p.tp_sharded += m.experts * mlp_matmuls(m) * h * f;
-  if (m.linear_bias) {
-    p.tp_sharded += m.q_dim() + 2 * m.kv_dim() + f;  // column-parallel biases (QKV, FC1)
-    p.replicated += 2 * h;                           // row-parallel biases (O, FC2)
-  } else if (m.qkv_bias) {
-    p.tp_sharded += m.q_dim() + 2 * m.kv_dim();
+  const AttentionWeights aw = attention_weights(m);
+  p.tp_sharded += aw.sharded;
+  p.replicated += aw.replicated;
+  if (m.is_mla()) p.replicated += m.q_lora_rank + m.kv_lora_rank;  // the latents' RMSNorms
+  if (m.is_moe()) {
+    p.expert = m.experts * mlp_matmuls(m) * h * f;
+    p.tp_sharded += mlp_matmuls(m) * h * m.shared_ffn_hidden;
+    p.replicated += (h + (m.router_bias ? 1 : 0)) * m.experts + (m.shared_expert_gate ? h : 0);  // router, shared-expert gate
+  } else {
+    p.tp_sharded += mlp_matmuls(m) * h * f;
   }
-  if (m.is_moe()) p.replicated += h * m.experts;  // router
+  if (m.linear_bias) {
+    p.tp_sharded += m.q_dim() + m.kv_dim() + m.v_dim() + f;  // column-parallel biases (QKV, FC1)
+    p.replicated += 2 * h;                                   // row-parallel biases (O, FC2)
+  } else if (m.qkv_bias) {
+    p.tp_sharded += m.q_dim() + m.kv_dim() + m.v_dim();
+  }
   p.replicated += m.norms_per_layer * norm_params(m) + m.qk_norm_params;
   return p;
 }
@@ -39,21 +70,23 @@ EdgeParams edge_params(const ModelSpec& m) {
 
 int64_t total_params(const ModelSpec& m) {
   const EdgeParams e = edge_params(m);
-  return m.layers * layer_params(m).total() + e.token_embedding + e.position_embedding +
-         e.output_head + e.final_norm;
+  const int64_t dense = m.dense_layers;
+  const int64_t layers = dense * layer_params(dense_layer_model(m)).total() + (m.layers - dense) * layer_params(m).total();
+  return layers + e.token_embedding + e.position_embedding + e.output_head + e.final_norm;
 }
 
 int64_t active_matmul_weights_per_layer(const ModelSpec& m) {
-  const int64_t h = m.hidden;
-  int64_t w = h * (2 * m.q_dim() + 2 * m.kv_dim());
-  w += m.experts_per_token * mlp_matmuls(m) * h * m.ffn_hidden;
-  if (m.is_moe()) w += h * m.experts;
+  const AttentionWeights aw = attention_weights(m);
+  int64_t w = aw.sharded + aw.replicated;
+  w += (m.experts_per_token * m.ffn_hidden + m.shared_ffn_hidden) * mlp_matmuls(m) * m.hidden;
+  if (m.is_moe()) w += m.hidden * m.experts;
   return w;
 }
 
 double attention_core_flops_per_token(const ModelSpec& m, int64_t seq_len) {
-  // QK^T: 2*s*head_dim per head, AV: the same; over a heads: 4*s*q_dim.
-  return 4.0 * d(seq_len) * d(m.q_dim());
+  // QK^T: 2*s*head_dim per head, AV: 2*s*v_head_dim; over a heads 2s(q_dim + o_dim), which is
+  // 4*s*q_dim unless V's heads differ (MLA).
+  return 2.0 * d(seq_len) * d(m.q_dim() + m.o_dim());
 }
 
 PassFlops layer_flops_per_token(const ModelSpec& m, int64_t seq_len) {
@@ -74,10 +107,11 @@ PassFlops logits_flops_per_token(const ModelSpec& m) {
 }
 
 double model_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch) {
-  const PassFlops layer = layer_flops_per_token(m, seq_len);
   const PassFlops logits = logits_flops_per_token(m);
-  const double per_token = d(m.layers) * (layer.forward + layer.backward()) + logits.forward +
-                           logits.backward();
+  const double per_token = over_layers(m, [&](const ModelSpec& l) {
+                             const PassFlops p = layer_flops_per_token(l, seq_len);
+                             return p.forward + p.backward();
+                           }) + logits.forward + logits.backward();
   return per_token * d(seq_len) * d(global_batch);
 }
 
@@ -88,28 +122,50 @@ int64_t ops_recomputed_matmul_weights(const ModelSpec& m) {
 
 double hardware_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch,
                                Recompute recompute, SelectiveRecompute selective) {
-  double extra_per_token = 0;
-  if (recompute == Recompute::kFull) extra_per_token = layer_flops_per_token(m, seq_len).forward;
-  if (recompute == Recompute::kSelective)
-    extra_per_token = selective == SelectiveRecompute::kOps ? 2.0 * d(ops_recomputed_matmul_weights(m))
-                                                            : attention_core_flops_per_token(m, seq_len);
-  return model_flops_per_step(m, seq_len, global_batch) +
-         d(m.layers) * extra_per_token * d(seq_len) * d(global_batch);
+  const double extra_per_token = over_layers(m, [&](const ModelSpec& l) {
+    if (recompute == Recompute::kFull) return layer_flops_per_token(l, seq_len).forward;
+    if (recompute == Recompute::kSelective)
+      return selective == SelectiveRecompute::kOps ? 2.0 * d(ops_recomputed_matmul_weights(l))
+                                                   : attention_core_flops_per_token(l, seq_len);
+    return 0.0;
+  });
+  return model_flops_per_step(m, seq_len, global_batch) + extra_per_token * d(seq_len) * d(global_batch);
 }
 
 std::vector<Gemm> layer_gemms(const ModelSpec& m, int64_t seq_len, int64_t micro_batch, int64_t tp) {
-  const int64_t tokens = seq_len * micro_batch, h = m.hidden;
+  return layer_gemms(m, GemmShape{seq_len, micro_batch, tp});
+}
+
+std::vector<Gemm> layer_gemms(const ModelSpec& m, const GemmShape& s) {
+  const int64_t tp = s.tp, rows = s.seq_len / s.cp;  // CP: each rank holds s / cp of every sequence
+  const int64_t tokens = rows * s.micro_batch, h = m.hidden;
   const int64_t heads = m.heads / tp;
   std::vector<Gemm> g;
-  g.push_back({"qkv", tokens, (m.q_dim() + 2 * m.kv_dim()) / tp, h});
-  g.push_back({"scores", seq_len, seq_len, m.head_dim, micro_batch * heads});
-  g.push_back({"attn_v", seq_len, m.head_dim, seq_len, micro_batch * heads});
-  g.push_back({"proj", tokens, h, m.q_dim() / tp});
+  if (m.is_mla()) {
+    if (m.q_lora_rank > 0) g.push_back({"q_down", tokens, m.q_lora_rank, h});
+    g.push_back({"q", tokens, m.q_dim() / tp, m.q_lora_rank > 0 ? m.q_lora_rank : h});
+    g.push_back({"kv_down", tokens, m.kv_lora_rank + m.qk_rope_dim, h});
+    g.push_back({"kv_up", tokens, m.heads * (m.head_dim - m.qk_rope_dim + m.v_head_dim) / tp, m.kv_lora_rank});
+  } else {
+    g.push_back({"qkv", tokens, (m.q_dim() + m.kv_dim() + m.v_dim()) / tp, h});
+  }
+  g.push_back({"scores", rows, s.seq_len, m.head_dim, s.micro_batch * heads});
+  g.push_back({"attn_v", rows, m.v_head_dim, s.seq_len, s.micro_batch * heads});
+  g.push_back({"proj", tokens, h, m.o_dim() / tp});
   if (m.is_moe()) {
     g.push_back({"router", tokens, m.experts, h});
-    const int64_t per_expert = std::max<int64_t>(1, tokens * m.experts_per_token / m.experts);
-    g.push_back({"fc1", per_expert, mlp_width(m) / tp, h, m.experts});
-    g.push_back({"fc2", per_expert, h, m.ffn_hidden / tp, m.experts});
+    // Each EP rank holds experts / ep experts and receives, on average, its tokens x top-k; the
+    // busiest rank (expert_load x the mean) sets the pace of the grouped GEMM.
+    const int64_t local = m.experts / s.ep;
+    const double routed = d(tokens) * d(m.experts_per_token) * s.expert_load;
+    const int64_t per_expert = std::max<int64_t>(1, static_cast<int64_t>(std::llround(routed / d(local))));
+    g.push_back({"fc1", per_expert, mlp_width(m) / tp, h, local});
+    g.push_back({"fc2", per_expert, h, m.ffn_hidden / tp, local});
+    if (m.shared_ffn_hidden > 0) {
+      const int64_t shared_width = m.gated_mlp() ? 2 * m.shared_ffn_hidden : m.shared_ffn_hidden;
+      g.push_back({"shared_fc1", tokens, shared_width / tp, h});
+      g.push_back({"shared_fc2", tokens, h, m.shared_ffn_hidden / tp});
+    }
   } else {
     g.push_back({"fc1", tokens, mlp_width(m) / tp, h});
     g.push_back({"fc2", tokens, h, m.ffn_hidden / tp});
@@ -120,7 +176,10 @@ std::vector<Gemm> layer_gemms(const ModelSpec& m, int64_t seq_len, int64_t micro
 double layer_elementwise_bytes_per_token(const ModelSpec& m, int64_t seq_len, int64_t tp,
                                          bool sequence_parallel, AttentionKernel kernel, KernelFusion fusion) {
   const double h = d(m.hidden), t = d(tp), rep = sequence_parallel ? t : 1.0;
-  const double routed = d(m.experts_per_token), qk = d(m.q_dim() + m.kv_dim());
+  const double routed = d(m.experts_per_token);
+  // Rotary dimensions of q and k per token (MLA rotates rope dimensions of each q head and one
+  // shared rotary key).
+  const double qk = m.is_mla() ? d(m.heads * m.qk_rope_dim + m.qk_rope_dim) : d(m.q_dim() + m.kv_dim());
   const bool eager = fusion == KernelFusion::kEager;
   // A fused norm reads 2h and writes 2h. Eager RMSNorm, x.float() * rsqrt(x.float().pow(2).mean()
   // + eps) cast back and times the weight: upcast r 2h w 4h, pow r 4h w 4h, mean r 4h, multiply
@@ -131,7 +190,11 @@ double layer_elementwise_bytes_per_token(const ModelSpec& m, int64_t seq_len, in
   // SwiGLU fused: r 4f, w 2f; eager silu (r 2f, w 2f) then multiply (r 4f, w 2f): 10f. GELU and
   // squared ReLU: r 2f, w 2f.
   const double f = d(m.ffn_hidden);
-  double parallel = routed * (m.gated_mlp() ? (eager ? 10.0 : 6.0) * f : 4.0 * f);
+  double parallel = (routed * f + d(m.shared_ffn_hidden)) * (m.gated_mlp() ? (eager ? 10.0 : 6.0) : 4.0);
+  // MoE: the routed copies of each token are permuted into expert order and back (r 2kh, w 2kh
+  // each way); MLA: the two latents' RMSNorms.
+  if (m.is_moe()) replicated += 8 * routed * h;
+  if (m.is_mla()) replicated += 4 * d(m.kv_lora_rank + m.q_lora_rank);
   // Rotary on q and k: fused r 2, w 2 per element; eager through complex fp32 — upcast r 2 w 4,
   // complex multiply r 4 w 4, cast back r 4 w 2 — 20 per element.
   if (m.positions == Positions::kRotary) parallel += (eager ? 20.0 : 4.0) * qk;
@@ -150,7 +213,7 @@ double layer_elementwise_bytes_per_token(const ModelSpec& m, int64_t seq_len, in
 }
 
 LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOptions& o) {
-  const double tokens = d(o.seq_len) * d(o.micro_batch);
+  const double tokens = d(o.seq_len) / d(o.cp) * d(o.micro_batch);  // CP: s / cp per rank
   const double h = d(m.hidden), t = d(o.tp), rep = o.sequence_parallel ? t : 1.0;
   LayerActivations a;
   if (o.recompute == Recompute::kFull) {
@@ -161,17 +224,21 @@ LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOpti
     // Op-level policy: the layer input (2h), the saved matmul outputs Q (2q), V (2kv), gate or FC1
     // (2f per routed expert) and down projection (2h, before TP's reduction), and the attention
     // kernel's output (2q) with its fp32 log-sum-exp (4 per head).
-    const double f = d(m.ffn_hidden), routed = d(m.experts_per_token);
+    const double f = d(m.ffn_hidden) * d(m.experts_per_token) + d(m.shared_ffn_hidden);
     a.norms = 2 * h / rep * tokens;
-    a.attention = (2 * d(m.q_dim()) + 2 * d(m.kv_dim()) + 2 * d(m.q_dim()) + 4 * d(m.heads)) / t * tokens;
-    a.mlp = (routed * 2 * f / t + 2 * h) * tokens;
+    a.attention = (2 * d(m.q_dim()) + 2 * d(m.v_dim()) + 2 * d(m.o_dim()) + 4 * d(m.heads)) / t * tokens;
+    a.mlp = (2 * f / t + 2 * h) * tokens;
     return a;
   }
   const double mask = m.dropout ? 1.0 : 0.0;
-  // Attention: QKV input 2h (replicated), Q and K 2q + 2kv, V 2kv, projection input 2q, dropout
-  // mask h (replicated). GPT (q = kv = h): 2h + 4h + 2h + 2h + h = 11h.
+  // Attention: QKV input 2h (replicated), Q and K 2q + 2kv, V 2v, projection input 2o, dropout
+  // mask h (replicated). GPT (q = kv = v = o = h): 2h + 4h + 2h + 2h + h = 11h. MLA adds its
+  // latents (kv_lora_rank + rope key, q_lora_rank) before and after their norms. FP8 (Transformer
+  // Engine) saves the inputs of its GEMMs as their 1-byte casts: h of the QKV input, o of O's.
   double att_rep = 2 * h + mask * h;
-  double att_par = 2 * d(m.q_dim()) + 4 * d(m.kv_dim()) + 2 * d(m.q_dim());
+  double att_par = 2 * d(m.q_dim()) + 2 * d(m.kv_dim()) + 2 * d(m.v_dim()) + 2 * d(m.o_dim());
+  if (m.is_mla()) att_rep += 4 * d(m.kv_lora_rank + m.q_lora_rank) + 2 * d(m.qk_rope_dim);
+  if (o.fp8) att_rep -= h, att_par -= d(m.o_dim());
   if (o.recompute == Recompute::kNone) {
     const double a_s = d(m.heads) * d(o.seq_len);
     if (o.attention == AttentionKernel::kMaterialized) {
@@ -183,11 +250,13 @@ LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOpti
     }
   }
   // MLP: FC1 input 2h (replicated), activation input and output (GELU 2f + 2f; SwiGLU gate and up
-  // 4f + output 2f) per routed expert, dropout mask h (replicated). GPT: 2h + 16h + h = 19h.
-  const double f = d(m.ffn_hidden), routed = d(m.experts_per_token);
+  // 4f + output 2f) per routed and shared expert, dropout mask h (replicated). GPT: 2h + 16h + h =
+  // 19h. FP8 saves the FC1 and FC2 inputs at 1 byte: h and f less.
+  const double routed = d(m.experts_per_token), f = d(m.ffn_hidden) * routed + d(m.shared_ffn_hidden);
   double mlp_rep = 2 * h + mask * h;
-  double mlp_par = routed * (m.mlp == Mlp::kSwiGlu ? 6 * f : 4 * f);
+  double mlp_par = m.mlp == Mlp::kSwiGlu ? 6 * f : 4 * f;
   if (m.is_moe()) mlp_rep += routed * 2 * h + 4 * d(m.experts);  // permuted tokens, fp32 router probs
+  if (o.fp8) mlp_rep -= h, mlp_par -= f;
   a.attention = (att_rep / rep + att_par / t) * tokens;
   a.mlp = (mlp_rep / rep + mlp_par / t) * tokens;
   a.norms = d(m.norms_per_layer) * 2 * h / rep * tokens;  // the inputs of the norms
@@ -196,11 +265,11 @@ LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOpti
 
 double first_stage_extra_activation_bytes(const ModelSpec& m, const ActivationOptions& o) {
   const double rep = o.sequence_parallel ? d(o.tp) : 1.0;
-  return m.dropout ? d(o.seq_len) * d(o.micro_batch) * d(m.hidden) / rep : 0.0;
+  return m.dropout ? d(o.seq_len) / d(o.cp) * d(o.micro_batch) * d(m.hidden) / rep : 0.0;
 }
 
 double last_stage_extra_activation_bytes(const ModelSpec& m, const ActivationOptions& o) {
-  const double tokens = d(o.seq_len) * d(o.micro_batch);
+  const double tokens = d(o.seq_len) / d(o.cp) * d(o.micro_batch);
   const double rep = o.sequence_parallel ? d(o.tp) : 1.0;
   // final norm input 2h, output projection input 2h, fp32 vocab-parallel logits 4V/t.
   return tokens * (4 * d(m.hidden) / rep + 4 * d(m.vocab) / d(o.tp));

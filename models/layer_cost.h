@@ -18,8 +18,11 @@ namespace parallax {
 
 enum class Recompute { kNone, kSelective, kFull };
 // Training precision: fp32, or mixed precision with 16-bit weights/activations and fp32 master
-// weights and optimizer states.
-enum class Precision { kFp32, kBf16, kFp16 };
+// weights and optimizer states; fp8 is bf16 mixed precision whose linear layers' GEMMs run in FP8
+// (Transformer Engine: E4M3 forward, E5M2 gradients) at the GPU's FP8 peak.
+enum class Precision { kFp32, kBf16, kFp16, kFp8 };
+// The precision of everything but the linear layers' GEMMs: FP8 plans keep bf16 there.
+inline Precision base_precision(Precision p) { return p == Precision::kFp8 ? Precision::kBf16 : p; }
 // materialized: the s x s scores are written to memory (softmax, dropout as separate kernels), as in
 // Megatron-LM 2022; flash: one fused kernel keeps only the log-sum-exp and skips masked blocks.
 enum class AttentionKernel { kMaterialized, kFlash };
@@ -34,11 +37,13 @@ enum class KernelFusion { kFused, kEager };
 // rest re-runs — for Llama the K, O and up projections and every elementwise op).
 enum class SelectiveRecompute { kAttentionCore, kOps };
 
-// Parameters of one transformer layer, split by how tensor parallelism treats them.
+// Parameters of one transformer layer, split by how tensor and expert parallelism treat them (of
+// a leading dense layer of an MoE model: layer_params(dense_layer_model(m))).
 struct LayerParams {
   int64_t tp_sharded = 0;  // matmul weights and column-parallel biases: divided by t
   int64_t replicated = 0;  // norms, row-parallel biases, MoE router: every TP rank holds them
-  int64_t total() const { return tp_sharded + replicated; }
+  int64_t expert = 0;      // routed experts' weights: divided by t (expert TP = TP) and by EP
+  int64_t total() const { return tp_sharded + replicated + expert; }
 };
 LayerParams layer_params(const ModelSpec& m);
 
@@ -97,6 +102,14 @@ inline Gemm weight_gradient_gemm(const Gemm& g) { return {g.name, g.k, g.n, g.m,
 // (attention core included, as batched GEMMs over heads). Backward runs two GEMMs of the same size
 // per forward GEMM (see above). MoE experts assume tokens are spread evenly over experts.
 std::vector<Gemm> layer_gemms(const ModelSpec& m, int64_t seq_len, int64_t micro_batch, int64_t tp);
+// The same on one rank of a CP x EP plan: each CP rank's s / cp rows of every sequence (attention
+// scores against all s keys); an EP rank's experts / ep experts, their tokens the mean load
+// times `expert_load` (the busiest EP rank's load over the mean; 1: balanced).
+struct GemmShape {
+  int64_t seq_len = 1, micro_batch = 1, tp = 1, cp = 1, ep = 1;
+  double expert_load = 1.0;
+};
+std::vector<Gemm> layer_gemms(const ModelSpec& m, const GemmShape& shape);
 
 // Bytes read + written by the memory-bound kernels (norms, residuals, activation function, RoPE,
 // dropout, and for materialized attention the softmax over scores) of one layer's forward, per
@@ -113,6 +126,8 @@ struct ActivationOptions {
   Recompute recompute = Recompute::kNone;
   AttentionKernel attention = AttentionKernel::kMaterialized;
   SelectiveRecompute selective = SelectiveRecompute::kAttentionCore;
+  int64_t cp = 1;     // context parallelism: each rank keeps s / cp of every sequence
+  bool fp8 = false;   // FP8 GEMMs save their inputs' 1-byte casts (Transformer Engine)
 };
 
 // Activation bytes one layer keeps per micro-batch on one GPU until its backward.

@@ -88,6 +88,44 @@ void read_llama_family(JsonFields& f, ModelSpec& m) {
   read_head_dim(f, m);
 }
 
+// Qwen2MoeConfig (Qwen1.5/Qwen2-MoE): Qwen2's attention (biases on Q, K, V), num_experts routed
+// experts of moe_intermediate_size, one shared expert of shared_expert_intermediate_size behind a
+// sigmoid gate. Only every layer sparse is modelled (decoder_sparse_step 1, no mlp_only_layers).
+void read_qwen2_moe(JsonFields& f, ModelSpec& m) {
+  read_llama_family(f, m);
+  m.qkv_bias = true;
+  m.experts = f.required_int("num_experts");
+  m.experts_per_token = f.required_int("num_experts_per_tok");
+  m.ffn_hidden = f.required_int("moe_intermediate_size");
+  m.shared_ffn_hidden = f.optional_int("shared_expert_intermediate_size", 0).value_or(0);
+  m.shared_expert_gate = m.shared_ffn_hidden > 0;
+  if (f.optional_int("decoder_sparse_step").value_or(1) != 1) f.fail("decoder_sparse_step", "only 1 (every layer MoE) is supported");
+}
+
+// DeepseekV2Config / DeepseekV3Config: multi-head latent attention, n_routed_experts of
+// moe_intermediate_size with n_shared_experts always on, the first first_k_dense_replace layers
+// dense (intermediate_size). Defaults are DeepseekV2Config's.
+void read_deepseek(JsonFields& f, ModelSpec& m) {
+  read_llama_family(f, m);
+  m.kv_heads = m.heads;  // MLA: every head has its own K and V, up-projected from the latent
+  m.dense_ffn_hidden = m.ffn_hidden;
+  m.experts = f.required_int("n_routed_experts");
+  m.experts_per_token = f.required_int("num_experts_per_tok");
+  m.ffn_hidden = f.required_int("moe_intermediate_size");
+  m.shared_ffn_hidden = f.optional_int("n_shared_experts", 0).value_or(0) * m.ffn_hidden;
+  m.dense_layers = f.optional_int("first_k_dense_replace", 0).value_or(0);
+  if (f.optional_int("moe_layer_freq").value_or(1) != 1) f.fail("moe_layer_freq", "only 1 (every layer after the dense ones MoE) is supported");
+  if (f.ok() && m.dense_layers >= m.layers) f.fail("first_k_dense_replace", "leaves no MoE layer");
+  m.q_lora_rank = f.optional_int("q_lora_rank").value_or(0);  // null: Q straight from h (V2-Lite)
+  m.kv_lora_rank = f.optional_int("kv_lora_rank").value_or(512);
+  m.qk_rope_dim = f.optional_int("qk_rope_head_dim").value_or(64);
+  m.head_dim = f.optional_int("qk_nope_head_dim").value_or(128) + m.qk_rope_dim;
+  m.v_head_dim = f.optional_int("v_head_dim").value_or(128);
+  m.rotary_dims = m.qk_rope_dim;
+  m.router_bias = f.optional_string("topk_method").value_or(m.model_type == "deepseek_v3" ? "noaux_tc" : "greedy") == "noaux_tc";
+  if (f.ok() && m.experts_per_token > m.experts) f.fail("num_experts_per_tok", "exceeds n_routed_experts");
+}
+
 // NemotronConfig (Nemotron-4): LayerNorm1p (LayerNorm whose weight is stored as w - 1), a
 // squared-ReLU MLP without a gate, rotary positions on partial_rotary_factor of each head, GQA, no
 // linear biases by default. Defaults are NemotronConfig's.
@@ -214,7 +252,8 @@ void check_sizes(JsonFields& f, const ModelSpec& m) {
   const std::pair<const char*, int64_t> sizes[] = {
       {"hidden size", m.hidden}, {"FFN size", m.ffn_hidden}, {"layers", m.layers},   {"heads", m.heads},
       {"head_dim", m.head_dim},  {"vocab_size", m.vocab},    {"max positions", m.max_positions},
-      {"experts", m.experts}};
+      {"experts", m.experts}, {"FFN size", m.dense_ffn_hidden}, {"FFN size", m.shared_ffn_hidden},
+      {"kv_lora_rank", m.kv_lora_rank}, {"q_lora_rank", m.q_lora_rank}, {"v_head_dim", m.v_head_dim}};
   for (const auto& [what, value] : sizes) {
     if (value > kMaxDim) return f.fail(what, "is " + std::to_string(value) + ", above the supported 2^24");
   }
@@ -238,18 +277,50 @@ Result<ModelSpec> model_from_hf_config(const nlohmann::json& config, const std::
     read_llama_family(f, m);
   } else if (m.model_type == "nemotron") {
     read_nemotron(f, m);
+  } else if (m.model_type == "qwen2_moe") {
+    read_qwen2_moe(f, m);
+    auto only = config.find("mlp_only_layers");
+    if (f.ok() && only != config.end() && only->is_array() && !only->empty())
+      f.fail("mlp_only_layers", "dense layers among MoE ones are not supported");
+    if (f.ok() && m.experts_per_token > m.experts) f.fail("num_experts_per_tok", "exceeds num_experts");
+  } else if (m.model_type == "deepseek_v2" || m.model_type == "deepseek_v3") {
+    read_deepseek(f, m);
+  } else if (m.model_type == "qwen3_moe") {
+    // Qwen3's attention (per-head q/k norms, no biases) with num_experts routed experts of
+    // moe_intermediate_size and no shared expert.
+    read_family(f, m, *find_family("qwen3"));
+    m.experts = f.required_int("num_experts");
+    m.experts_per_token = f.required_int("num_experts_per_tok");
+    m.ffn_hidden = f.required_int("moe_intermediate_size");
+    if (f.optional_int("decoder_sparse_step").value_or(1) != 1) f.fail("decoder_sparse_step", "only 1 (every layer MoE) is supported");
+    auto only = config.find("mlp_only_layers");
+    if (f.ok() && only != config.end() && only->is_array() && !only->empty())
+      f.fail("mlp_only_layers", "dense layers among MoE ones are not supported");
+    if (f.ok() && m.experts_per_token > m.experts) f.fail("num_experts_per_tok", "exceeds num_experts");
   } else if (const Family* family = find_family(m.model_type)) {
     read_family(f, m, *family);
   } else {
-    std::string known = "gpt2, llama, mistral, mixtral, qwen2, nemotron";
+    std::string known = "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, nemotron";
     for (const Family& fam : kFamilies) known += std::string(", ") + fam.type;
     f.fail("model_type", "unsupported '" + m.model_type + "' (supported: " + known + ")");
   }
   if (f.ok() && m.positions == Positions::kRotary && m.rotary_dims == 0) m.rotary_dims = m.head_dim;
+  if (m.v_head_dim == 0) m.v_head_dim = m.head_dim;
   if (f.ok()) check_sizes(f, m);
   if (!f.ok()) return Error{f.error()};
   m.name = m.model_type;
   return m;
+}
+
+ModelSpec dense_layer_model(const ModelSpec& m) {
+  if (m.dense_layers == 0) return m;
+  ModelSpec d = m;
+  d.experts = d.experts_per_token = 1;
+  d.ffn_hidden = m.dense_ffn_hidden;
+  d.shared_ffn_hidden = 0;
+  d.shared_expert_gate = false;
+  d.dense_layers = 0;
+  return d;
 }
 
 std::string data_dir() {

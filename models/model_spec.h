@@ -1,6 +1,8 @@
 // ModelSpec: what is trained — the shape of a decoder-only transformer, read from a Hugging Face
 // config.json exactly as published (GPT-2, Llama, Mistral, Mixtral, Qwen2, Nemotron). It is the first of the
 // three inputs (model, cluster, plan); layer_cost.h turns it into parameters, FLOPs and bytes.
+// Mixture-of-experts models (Mixtral, Qwen2-MoE, DeepSeek-V2/V3) may lead with dense layers
+// (DeepSeek's first_k_dense_replace); dense_layer_model() is the spec of those layers.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +40,20 @@ struct ModelSpec {
   bool qkv_bias = false;     // Qwen2 / attention_bias: only Q, K, V projections have a bias
   int64_t experts = 1;            // Mixtral: num_local_experts
   int64_t experts_per_token = 1;  // Mixtral: num_experts_per_tok (top-k)
+  // Shared experts every token passes through beside its routed ones (Qwen2-MoE, DeepSeek): their
+  // summed FFN width, a dense SwiGLU MLP; Qwen2-MoE gates it with a sigmoid of one h-vector.
+  int64_t shared_ffn_hidden = 0;
+  bool shared_expert_gate = false;
+  bool router_bias = false;  // DeepSeek-V3: a per-expert score correction bias (noaux_tc routing)
+  // The first `dense_layers` layers have a dense MLP of width dense_ffn_hidden (DeepSeek's
+  // first_k_dense_replace and intermediate_size); the rest are MoE layers.
+  int64_t dense_layers = 0;
+  int64_t dense_ffn_hidden = 0;
+  // Multi-head latent attention (DeepSeek-V2/V3), when kv_lora_rank > 0: K and V come up from a
+  // kv_lora_rank latent (plus a shared qk_rope_dim rotary key), Q from a q_lora_rank latent (0:
+  // directly from h). head_dim is the Q/K head (nope + rope dimensions), v_head_dim V's.
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_rope_dim = 0;
+  int64_t v_head_dim = 0;         // = head_dim unless the config says otherwise
   bool dropout = false;           // any dropout > 0: 1-byte masks are stored (Korthikanti)
   double rope_theta = 10000.0;    // rotary base (Hugging Face's default when absent)
   // Leading dimensions of each head that rotate: head_dim, or int(head_dim * partial_rotary_factor)
@@ -57,9 +73,21 @@ struct ModelSpec {
 
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
+  int64_t v_dim() const { return kv_heads * v_head_dim; }  // V's width
+  int64_t o_dim() const { return heads * v_head_dim; }     // the attention output, O's input
   bool is_moe() const { return experts > 1; }
+  bool is_mla() const { return kv_lora_rank > 0; }
+  // Layers [0, dense_layers) are dense; the others are the model's own kind.
+  int64_t dense_layers_in(int64_t first, int64_t count) const {
+    const int64_t end = first + count < dense_layers ? first + count : dense_layers;
+    return end > first ? end - first : 0;
+  }
   bool gated_mlp() const { return mlp == Mlp::kSwiGlu; }
 };
+
+// The spec of a leading dense layer of an MoE model (experts 1, the dense FFN width); `m` itself
+// when it has none.
+ModelSpec dense_layer_model(const ModelSpec& m);
 
 // Reads a Hugging Face config.json object; `where` names the source in error messages.
 Result<ModelSpec> model_from_hf_config(const nlohmann::json& config, const std::string& where);

@@ -39,7 +39,9 @@ double exposed_reduction(double time_s, double window_s, double bytes, const Pla
 TierBytes bytes_by_tier(const ClusterSpec& c, const Plan& plan, const CommBytes& b) {
   TierBytes t;
   const std::pair<double, LinkTier> kinds[] = {
-      {b.tp, group_link(c, plan, GroupKind::kTp)}, {b.pp, group_link(c, plan, GroupKind::kPp)}, {b.dp, group_link(c, plan, GroupKind::kDp)}};
+      {b.tp, group_link(c, plan, GroupKind::kTp)}, {b.pp, group_link(c, plan, GroupKind::kPp)},
+      {b.dp, group_link(c, plan, GroupKind::kDp)}, {b.cp, group_link(c, plan, GroupKind::kCp)},
+      {b.ep, group_link(c, plan, GroupKind::kEp)}};
   for (const auto& [bytes, link] : kinds) (link.crosses_nodes ? t.network : t.nvlink) += bytes;
   return t;
 }
@@ -81,12 +83,17 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   e.pipeline_s = pipeline_time_s(plan, mbs, slowest, mean, &e.bubble_fraction);
   e.tp_exposed_s = d(mbs) * layers * lt.tp_comm_s;
 
-  // Data parallel and ZeRO on the stage with the most parameters.
-  const double params = std::max(stage_params_per_gpu(m, plan, 0), stage_params_per_gpu(m, plan, p - 1));
+  // Data parallel and ZeRO on the stage with the most parameters; with EP the experts' part
+  // reduces over its own ranks (expert_exchange below), without it they are dense weights.
+  const StageParams first_params = stage_param_split(m, plan, 0), last_params = stage_param_split(m, plan, p - 1);
+  StageParams split = first_params.total() >= last_params.total() ? first_params : last_params;
+  const double all_params = split.total();
+  if (plan.ep == 1) split = {all_params, 0};
+  const double params = split.dense;
   const ModelStateBytesPerParam bpp = bytes_per_param(plan);
-  const double grads = params * bpp.gradients, weights = params * bpp.weights;
+  const double grads = params * bpp.gradients, weights = params * bpp.gathered;
   const LinkTier dpl = group_link(c, plan, GroupKind::kDp);
-  const int64_t n = plan.shard_degree(), replicas = plan.dp / n;
+  const int64_t n = plan.shard_degree(), replicas = plan.data_ranks() / n;
   auto time = [&](Collective op, double bytes) { return collective_time_s(op, bytes, n, dpl); };
   auto sent = [&](Collective op, double bytes) { return collective_bytes_per_rank(op, bytes, n); };
   // Hybrid sharding: each reduce-scatter's shard is then all-reduced over the replicas.
@@ -126,11 +133,26 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
     }
   }
 
-  e.optimizer_s = optimizer_step_s(c, plan, params);
+  // EP: the experts' gradients reduce over the expert data-parallel ranks (ZeRO-1: then their
+  // weights gather back), after the dense buckets.
+  const int64_t edp = plan.expert_data_ranks();
+  if (split.expert > 0 && edp > 1) {
+    const LinkTier el = group_link(c, plan, GroupKind::kExpertDp);
+    const double eg = split.expert * bpp.gradients, ew = split.expert * bpp.gathered;
+    const Collective reduce = plan.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
+    e.dp_exposed_s += exposed_reduction(collective_time_s(reduce, eg, edp, el), window, eg, plan) +
+                      (plan.zero == 1 ? collective_time_s(Collective::kAllGather, ew, edp, el) : 0.0);
+    e.comm_bytes_per_gpu.dp += collective_bytes_per_rank(reduce, eg, edp) +
+                               (plan.zero == 1 ? collective_bytes_per_rank(Collective::kAllGather, ew, edp) : 0.0);
+  }
+
+  e.optimizer_s = optimizer_step_s(c, plan, first_params.total() >= last_params.total() ? first_params : last_params);
   e.overhead_s = plan.execution.step_overhead_us * 1e-6;
   e.step_time_s = e.pipeline_s + e.dp_exposed_s + e.optimizer_s + e.overhead_s;
 
   e.comm_bytes_per_gpu.tp = fm * layers * lt.tp_bytes;
+  e.comm_bytes_per_gpu.cp = fm * layers * lt.cp_bytes;
+  e.comm_bytes_per_gpu.ep = fm * layers * lt.ep_bytes;
   e.comm_bytes_per_gpu.pp = p > 1 ? 2 * fm * d(v) * p2p.bytes : 0;
   e.memory = peak_memory(m, plan, c.gpu.reserved_gib * 1073741824.0);
   finish_report(m, c, plan, e);
@@ -145,6 +167,7 @@ void finish_report(const ModelSpec& m, const ClusterSpec& c, const Plan& plan, S
   e.tokens_per_s = d(plan.global_batch) * d(plan.seq_len) / e.step_time_s;
   e.model_tflops_per_gpu = e.model_flops / e.step_time_s / gpus / 1e12;
   e.hardware_tflops_per_gpu = e.hardware_flops / e.step_time_s / gpus / 1e12;
+  // Against the peak of the precision the GEMMs run in: an FP8 plan's MFU is a share of the FP8 peak.
   e.mfu = e.model_tflops_per_gpu * 1e12 / c.gpu.peak_flops(plan.precision);
   e.peak_memory_bytes = e.memory.total();
   e.fits_in_memory = e.peak_memory_bytes <= c.gpu.hbm_bytes();

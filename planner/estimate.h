@@ -29,7 +29,8 @@ double pipeline_time_s(const Plan& p, int64_t m, const StageTimes& slowest, cons
                        double* bubble_fraction);
 
 struct CommBytes {
-  double tp = 0, pp = 0, dp = 0;
+  double tp = 0, pp = 0, dp = 0;  // dp: data-parallel and ZeRO traffic, the experts' included
+  double cp = 0, ep = 0;          // CP's KV exchange, EP's token all-to-alls
 };
 
 // Bytes a GPU sends per step over NVLink (inside a node) and over the network, from its TP, PP and

@@ -33,11 +33,15 @@ MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage
                              int64_t in_flight) {
   MemoryBreakdown mem;
   const ModelStateBytesPerParam bpp = bytes_per_param(plan);
-  const double params = stage_params_per_gpu(m, plan, stage);
+  const StageParams split = stage_param_split(m, plan, stage);
+  const double params = split.total();
+  // ZeRO shards the dense parameters' states over shard_degree() and the experts' over the
+  // expert data-parallel ranks (EP allows ZeRO 0 and 1 only).
   const double dp = d(plan.shard_degree());
-  mem.weights = params * bpp.weights / (plan.zero >= 3 ? dp : 1.0);
-  mem.gradients = params * bpp.gradients / (plan.zero >= 2 ? dp : 1.0);
-  mem.optimizer = params * bpp.optimizer / (plan.zero >= 1 ? dp : 1.0);
+  const double sharded = split.dense / dp + split.expert / d(plan.expert_data_ranks());
+  mem.weights = (plan.zero >= 3 ? sharded : params) * bpp.weights;
+  mem.gradients = (plan.zero >= 2 ? sharded : params) * bpp.gradients;
+  mem.optimizer = (plan.zero >= 1 ? sharded : params) * bpp.optimizer;
   if (plan.offload) {
     mem.host += mem.optimizer;
     mem.optimizer = 0;
@@ -47,13 +51,15 @@ MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage
     }
   }
 
-  const ActivationOptions ao{plan.seq_len, plan.micro_batch, plan.tp, plan.sequence_parallel,
-                             plan.recompute, plan.execution.attention, plan.execution.selective};
+  const ActivationOptions ao = activation_options(plan);
   const int64_t mbs = plan.micro_batches();
-  const double per_layer = layer_activation_bytes(m, ao).total();
+  // Per chunk pass: the leading dense layers (in stage 0's first chunk) hold their own.
+  const double dense = d(chunk_dense_layers(m, plan, stage, 0));
+  const double per_pass = (d(plan.chunk_layers(m.layers, stage).count) - dense) * layer_activation_bytes(m, ao).total() +
+                          dense * layer_activation_bytes(dense_layer_model(m), ao).total();
   const int64_t passes =
       in_flight >= 0 ? in_flight : in_flight_chunk_passes(plan.schedule, plan.pp, mbs, plan.virtual_stages, stage);
-  double acts = d(passes) * d(plan.chunk_layers(m.layers, stage).count) * per_layer;
+  double acts = d(passes) * per_pass;
   const bool gpipe = plan.schedule == Schedule::kGpipe;
   if (stage == 0) acts += first_stage_extra_activation_bytes(m, ao) * d(gpipe ? mbs : std::min(plan.pp, mbs));
   if (stage == plan.pp - 1) acts += last_stage_extra_activation_bytes(m, ao) * d(gpipe ? mbs : 1);
@@ -67,8 +73,8 @@ MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage
   // copy it back; frameworks that reduce views of the gradient buffer need less). A bucket holds
   // at most one chunk's gradients.
   const double chunk_grads = params * bpp.gradients / d(plan.virtual_stages);
-  if (plan.dp > 1) mem.buffers += std::min(plan.execution.dp_bucket_mib * kMiB, chunk_grads);
-  if (plan.zero >= 3 && plan.dp > 1) {
+  if (plan.data_ranks() > 1) mem.buffers += std::min(plan.execution.dp_bucket_mib * kMiB, chunk_grads);
+  if (plan.zero >= 3 && plan.data_ranks() > 1) {
     // ZeRO-3 gathers the current layer and prefetches the next.
     mem.buffers += 2 * d(layer_params(m).total()) / d(plan.tp) * bpp.weights;
   }

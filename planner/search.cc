@@ -26,18 +26,23 @@ std::vector<int64_t> divisors(int64_t n) {
 
 constexpr Recompute kRecomputes[] = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
 
-// Timings that depend only on (t, b, SP, recompute) for a fixed model, cluster, s and precision.
+// The parallel shapes whose layer timings differ: TP, CP and EP degrees.
+struct Shape {
+  int64_t tp = 1, cp = 1, ep = 1;
+};
+
+// Timings that depend only on (shape, b, SP, recompute) for a fixed model, cluster, s and precision.
 class TimingTable {
  public:
-  TimingTable(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o,
-              const std::vector<int64_t>& tps, const std::vector<int64_t>& batches)
-      : tps_(tps), batches_(batches) {
-    for (int64_t t : tps) {
+  TimingTable(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o, const std::vector<Shape>& shapes,
+              const std::vector<int64_t>& batches)
+      : batches_(batches) {
+    for (const Shape& shape : shapes) {
       for (int64_t b : batches) {
         for (int sp = 0; sp < 2; ++sp) {
           for (Recompute rc : kRecomputes) {
             Plan p;
-            p.tp = t;
+            p.tp = shape.tp, p.cp = shape.cp, p.ep = shape.ep;
             p.micro_batch = b;
             p.seq_len = o.seq_len;
             p.sequence_parallel = sp != 0;
@@ -45,27 +50,48 @@ class TimingTable {
             p.precision = o.precision;
             p.execution = o.execution;
             p.tp_across_nodes = true;  // placement only; legality is checked per plan
-            layers_.push_back(valid(m, t) ? layer_timing(m, c, p) : LayerTiming{});
-            edges_.push_back(valid(m, t) ? edge_timing(m, c, p) : EdgeTiming{});
+            const bool ok = valid(m, shape);
+            layers_.push_back(ok ? layer_timing(m, c, p) : LayerTiming{});
+            edges_.push_back(ok ? edge_timing(m, c, p) : EdgeTiming{});
           }
         }
       }
     }
   }
-  size_t index(size_t ti, size_t bi, bool sp, Recompute rc) const {
-    return ((ti * batches_.size() + bi) * 2 + (sp ? 1 : 0)) * 3 + static_cast<size_t>(rc);
+  size_t index(size_t shape, size_t bi, bool sp, Recompute rc) const {
+    return ((shape * batches_.size() + bi) * 2 + (sp ? 1 : 0)) * 3 + static_cast<size_t>(rc);
   }
   const LayerTiming& layer(size_t i) const { return layers_[i]; }
   const EdgeTiming& edge(size_t i) const { return edges_[i]; }
 
  private:
-  static bool valid(const ModelSpec& m, int64_t t) {
-    return m.heads % t == 0 && m.kv_heads % t == 0 && m.ffn_hidden % t == 0;
+  static bool valid(const ModelSpec& m, const Shape& s) {
+    return m.heads % s.tp == 0 && m.kv_heads % s.tp == 0 && m.ffn_hidden % s.tp == 0 && m.experts % s.ep == 0;
   }
-  std::vector<int64_t> tps_, batches_;
+  std::vector<int64_t> batches_;
   std::vector<LayerTiming> layers_;
   std::vector<EdgeTiming> edges_;
 };
+
+// CP degrees worth searching: powers of two that split the sequence into 2 cp chunks and leave
+// every rank at least 4,096 tokens of it — below that the attention it divides is small beside the
+// GEMMs, and the exchange only adds traffic.
+std::vector<int64_t> cp_degrees(const SearchOptions& o) {
+  if (o.fixed_cp > 0) return {o.fixed_cp};
+  std::vector<int64_t> cps = {1};
+  for (int64_t c = 2; c <= o.gpus && o.seq_len % (2 * c) == 0 && o.seq_len / c >= 4096; c *= 2)
+    if (o.gpus % c == 0) cps.push_back(c);
+  return cps;
+}
+
+// EP degrees: the divisors of the expert count that divide the GPU count (1 for a dense model).
+std::vector<int64_t> ep_degrees(const ModelSpec& m, const SearchOptions& o) {
+  if (o.fixed_ep > 0) return {o.fixed_ep};
+  std::vector<int64_t> eps;
+  for (int64_t e : divisors(m.experts))
+    if (o.gpus % e == 0) eps.push_back(e);
+  return eps;
+}
 
 struct SchedulePick {
   Schedule schedule;
@@ -97,7 +123,7 @@ bool uneven_split(int64_t layers, int64_t pp, Plan& p) {
 bool redundant(const Plan& p) {
   // With one DP rank ZeRO shards nothing; only offload (ZeRO-1: optimizer, ZeRO-3: weights too)
   // changes anything.
-  if (p.zero > 0 && p.dp == 1 && (!p.offload || p.zero == 2)) return true;
+  if (p.zero > 0 && p.data_ranks() == 1 && (!p.offload || p.zero == 2)) return true;
   if (p.pp == 1 && p.schedule != Schedule::k1F1B) return true;     // one stage: no schedule
   return false;
 }
@@ -109,11 +135,11 @@ class Worker {
         host_(c.host.memory_gib * 1073741824.0 / static_cast<double>(c.node.gpus)),
         reserved_(c.gpu.reserved_gib * 1073741824.0) {}
 
-  void run(size_t ti, int64_t t, int64_t pp, const std::vector<int64_t>& batches) {
+  void run(size_t si, const Shape& shape, int64_t pp, const std::vector<int64_t>& batches) {
     Plan p;
-    p.tp = t;
+    p.tp = shape.tp, p.cp = shape.cp, p.ep = shape.ep;
     p.pp = pp;
-    p.dp = o_.gpus / (t * pp);
+    p.dp = o_.gpus / (shape.tp * shape.cp * pp);
     p.global_batch = o_.global_batch;
     p.seq_len = o_.seq_len;
     p.precision = o_.precision;
@@ -134,7 +160,7 @@ class Worker {
             p.recompute = rc;
             for (int sp = 0; sp < 2; ++sp) {
               p.sequence_parallel = sp != 0;
-              const size_t timing = table_.index(ti, bi, p.sequence_parallel, rc);
+              const size_t timing = table_.index(si, bi, p.sequence_parallel, rc);
               for (int off = 0; off < (o_.allow_offload ? 2 : 1); ++off) {
                 p.offload = off != 0;
                 consider(p, timing);
@@ -241,7 +267,7 @@ bool ranks_before(const RankedPlan& a, const RankedPlan& b) {
   if (a.report.peak_memory_bytes != b.report.peak_memory_bytes)
     return a.report.peak_memory_bytes < b.report.peak_memory_bytes;
   auto key = [](const Plan& p) {
-    return std::make_tuple(p.tp, p.pp, p.dp, p.zero, p.micro_batch, static_cast<int>(p.schedule),
+    return std::make_tuple(p.tp, p.cp, p.ep, p.pp, p.dp, p.zero, p.micro_batch, static_cast<int>(p.schedule),
                            p.virtual_stages, static_cast<int>(p.recompute), p.sequence_parallel, p.offload);
   };
   return key(a.plan) < key(b.plan);
@@ -267,16 +293,28 @@ Result<SearchResult> search(const ModelSpec& m, const ClusterSpec& c, const Sear
   if (!(o.max_memory_fraction > 0 && o.max_memory_fraction <= 1))
     return Error{"--max-memory-fraction must be in (0, 1]"};
   if (o.fixed_zero > 3) return Error{"--zero must be 0, 1, 2 or 3"};
+  if (std::string why = gpu_refusal(c, o.precision); !why.empty()) return Error{why};
+  if (o.fixed_cp > 0 && (o.fixed_cp > o.gpus || o.gpus % o.fixed_cp != 0))
+    return Error{"--cp " + std::to_string(o.fixed_cp) + " does not divide --gpus " + std::to_string(o.gpus)};
+  if (o.fixed_ep > 0 && (!m.is_moe() || m.experts % o.fixed_ep != 0))
+    return Error{"--ep " + std::to_string(o.fixed_ep) + (m.is_moe() ? " does not divide the " + std::to_string(m.experts) + " experts"
+                                                                      : " needs a mixture-of-experts model")};
 
-  const std::vector<int64_t> tps = divisors(o.gpus);
   const std::vector<int64_t> batches = divisors(o.global_batch);
-  const TimingTable table(m, c, o, tps, batches);
-  std::vector<std::tuple<size_t, int64_t, int64_t>> work;  // (t index, t, p)
-  for (size_t ti = 0; ti < tps.size(); ++ti) {
-    if (o.fixed_tp > 0 && tps[ti] != o.fixed_tp) continue;
-    for (int64_t pp : divisors(o.gpus / tps[ti]))
-      if ((o.fixed_pp == 0 || pp == o.fixed_pp) && (o.fixed_dp == 0 || o.gpus / (tps[ti] * pp) == o.fixed_dp))
-        work.emplace_back(ti, tps[ti], pp);
+  std::vector<Shape> shapes;
+  for (int64_t t : divisors(o.gpus))
+    if (o.fixed_tp == 0 || t == o.fixed_tp)
+      for (int64_t cp : cp_degrees(o))
+        if (o.gpus % (t * cp) == 0)
+          for (int64_t ep : ep_degrees(m, o)) shapes.push_back({t, cp, ep});
+  const TimingTable table(m, c, o, shapes, batches);
+  std::vector<std::tuple<size_t, int64_t>> work;  // (shape index, p)
+  for (size_t si = 0; si < shapes.size(); ++si) {
+    const Shape& sh = shapes[si];
+    for (int64_t pp : divisors(o.gpus / (sh.tp * sh.cp)))
+      if ((o.fixed_pp == 0 || pp == o.fixed_pp) && (o.fixed_dp == 0 || o.gpus / (sh.tp * sh.cp * pp) == o.fixed_dp) &&
+          (o.gpus / (sh.tp * pp)) % sh.ep == 0)  // EP splits the cp x dp ranks
+        work.emplace_back(si, pp);
   }
 
   const int hardware = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -287,8 +325,8 @@ Result<SearchResult> search(const ModelSpec& m, const ClusterSpec& c, const Sear
   std::atomic<size_t> next{0};
   auto loop = [&](Worker& w) {
     for (size_t i = next++; i < work.size(); i = next++) {
-      const auto& [ti, t, pp] = work[i];
-      w.run(ti, t, pp, batches);
+      const auto& [si, pp] = work[i];
+      w.run(si, shapes[si], pp, batches);
     }
     w.trim();
   };

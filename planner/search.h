@@ -1,4 +1,4 @@
-// Search: enumerates every TP x PP x DP x ZeRO stage x micro-batch x schedule (with each legal
+// Search: enumerates every TP x CP x PP x DP x EP x ZeRO stage x micro-batch x schedule (with each legal
 // chunk count) x recompute x sequence-parallel x offload configuration for a model, cluster and GPU
 // count; rejects illegal ones by rule (counting each reason), drops those that do not fit in
 // memory and prices the rest with the analytical model; then simulates candidates in the order of
@@ -36,7 +36,7 @@ struct SearchOptions {
   double max_memory_fraction = 1.0;
   bool allow_offload = true;
   std::vector<Schedule> schedules;
-  int64_t fixed_tp = 0, fixed_pp = 0, fixed_dp = 0;
+  int64_t fixed_tp = 0, fixed_pp = 0, fixed_dp = 0, fixed_cp = 0, fixed_ep = 0;
   int fixed_zero = -1;
 };
 

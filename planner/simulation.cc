@@ -74,7 +74,7 @@ CommBytes comm_bytes(const Simulation& sim) {
       else if (op.type == ProgramOpType::kSend) b.pp += op.sent_bytes;
       else if (op.type == ProgramOpType::kCollective)
         (op.group == GroupKind::kTp                                         ? b.tp
-         : op.group == GroupKind::kDp || op.group == GroupKind::kDpReplica ? b.dp
+         : op.group == GroupKind::kDp || op.group == GroupKind::kDpReplica || op.group == GroupKind::kExpertDp ? b.dp
                                                                             : b.pp) += op.sent_bytes;
     }
     worst.tp = std::max(worst.tp, b.tp);
@@ -84,7 +84,7 @@ CommBytes comm_bytes(const Simulation& sim) {
   return worst;
 }
 
-void summarise(const ModelSpec& m, const ClusterSpec& c, Simulation& sim) {
+void summarise(const ModelSpec& m, const ClusterSpec& c, const OpCosts& costs, Simulation& sim) {
   const Plan& p = sim.plan;
   StepReport& e = sim.report;
   e.method = "simulation";
@@ -113,6 +113,10 @@ void summarise(const ModelSpec& m, const ClusterSpec& c, Simulation& sim) {
   e.bubble_fraction = e.pipeline_s > 0 ? bubble_sum / d(p.pp) / e.pipeline_s : 0;
   e.overhead_s = p.execution.step_overhead_us * 1e-6;
   e.comm_bytes_per_gpu = comm_bytes(sim);
+  // CP's and EP's exchanges run inside the compute ops: per layer pass, on the stage with the most layers.
+  const double passes = d(p.micro_batches()) * d(p.max_chunk_layers(m.layers)) * d(p.virtual_stages);
+  e.comm_bytes_per_gpu.cp = passes * costs.layer().cp_bytes;
+  e.comm_bytes_per_gpu.ep = passes * costs.layer().ep_bytes;
   finish_report(m, c, p, e);
 }
 
@@ -135,10 +139,11 @@ Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const
     for (OpKind pass : {OpKind::kForward, OpKind::kBackward, OpKind::kWeight}) {
       ProgramOp op;
       op.pass = pass;
+      op.chunk = 0;
       sim.tp_pass_s[s][static_cast<int>(pass)] = costs.tp_s(op, s);
     }
   for (int64_t s = 0; s < plan.pp; ++s) sim.stages.push_back(stage_stats(sim, s));
-  summarise(m, c, sim);
+  summarise(m, c, costs, sim);
   return sim;
 }
 

@@ -8,6 +8,7 @@ const char* collective_name(Collective op) {
     case Collective::kReduceScatter: return "reduce-scatter";
     case Collective::kAllGather: return "all-gather";
     case Collective::kSendRecv: return "send";
+    case Collective::kAllToAll: return "all-to-all";
   }
   return "?";
 }
@@ -19,7 +20,8 @@ double collective_bytes_per_rank(Collective op, double bytes, int64_t n) {
   switch (op) {
     case Collective::kAllReduce: return 2 * share * bytes;
     case Collective::kReduceScatter:
-    case Collective::kAllGather: return share * bytes;
+    case Collective::kAllGather:
+    case Collective::kAllToAll: return share * bytes;
     case Collective::kSendRecv: break;
   }
   return bytes;

@@ -1,5 +1,6 @@
 #include "program/model_state.h"
 
+
 namespace parallax {
 
 namespace {
@@ -9,38 +10,66 @@ double d(int64_t x) { return static_cast<double>(x); }
 ModelStateBytesPerParam bytes_per_param(Precision p, bool fp32_gradients) {
   // Mixed precision: 16-bit weights and gradients (fp32 with fp32_gradients), fp32 master weights
   // + Adam m and v (K = 12). fp32: weights, gradients, m, v at 4 bytes each.
-  if (p == Precision::kFp32) return {4, 4, 8};
-  return {2, fp32_gradients ? 4.0 : 2.0, 12};
+  if (p == Precision::kFp32) return {4, 4, 8, 4};
+  return {p == Precision::kFp8 ? 4.0 : 2.0, fp32_gradients ? 4.0 : 2.0, 12, 2};
 }
 
 ModelStateBytesPerParam bytes_per_param(const Plan& plan) {
   ModelStateBytesPerParam b = bytes_per_param(plan.precision, plan.execution.fp32_gradients);
   // bf16 optimizer states (Apex DistributedFusedAdam dtype=bf16): main copy, m and v at 2 bytes.
   if (plan.execution.bf16_optimizer_states && plan.precision != Precision::kFp32) b.optimizer = 6;
+  if (plan.precision == Precision::kFp8 && plan.execution.fp8_param_gather) b.weights = 2, b.gathered = 1;
   return b;
 }
 
 double boundary_tensor_bytes(const ModelSpec& m, const Plan& plan) {
-  return d(plan.seq_len) * d(plan.micro_batch) * d(m.hidden) * activation_element_bytes(plan.precision);
+  return d(plan.seq_len / plan.cp) * d(plan.micro_batch) * d(m.hidden) * activation_element_bytes(plan.precision);
+}
+
+ActivationOptions activation_options(const Plan& plan) {
+  ActivationOptions o{plan.seq_len, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute,
+                      plan.execution.attention, plan.execution.selective};
+  o.cp = plan.cp;
+  o.fp8 = plan.precision == Precision::kFp8;
+  return o;
+}
+
+int64_t chunk_dense_layers(const ModelSpec& m, const Plan& plan, int64_t stage, int64_t chunk) {
+  const Plan::LayerRange r = plan.chunk_layers(m.layers, stage, chunk);
+  return m.dense_layers_in(r.first, r.count);
+}
+
+int64_t stage_dense_layers(const ModelSpec& m, const Plan& plan, int64_t stage) {
+  int64_t n = 0;
+  for (int64_t c = 0; c < plan.virtual_stages; ++c) n += chunk_dense_layers(m, plan, stage, c);
+  return n;
+}
+
+StageParams stage_param_split(const ModelSpec& m, const Plan& plan, int64_t stage) {
+  const EdgeParams e = edge_params(m);
+  const double t = d(plan.tp);
+  // A stage's chunks hold layers / pp of the model (uneven stages: their own count).
+  const int64_t layers = plan.uneven() ? plan.chunk_layers(m.layers, stage).count : m.layers / plan.pp;
+  const int64_t dense = stage_dense_layers(m, plan, stage);
+  const LayerParams lp = layer_params(m), dp = layer_params(dense_layer_model(m));
+  StageParams p;
+  p.dense = d(layers - dense) * (d(lp.tp_sharded) / t + d(lp.replicated)) + d(dense) * (d(dp.tp_sharded) / t + d(dp.replicated));
+  p.expert = d(layers - dense) * d(lp.expert) / (t * d(plan.ep));
+  if (stage == 0) p.dense += d(e.token_embedding) / t + d(e.position_embedding);
+  if (stage == plan.pp - 1) {
+    p.dense += d(e.final_norm);
+    // Megatron keeps a copy of a tied embedding on the last stage and all-reduces its gradient.
+    if (m.tied_embeddings) {
+      if (plan.pp > 1) p.dense += d(e.token_embedding) / t;
+    } else {
+      p.dense += d(e.output_head) / t;
+    }
+  }
+  return p;
 }
 
 double stage_params_per_gpu(const ModelSpec& m, const Plan& plan, int64_t stage) {
-  const LayerParams lp = layer_params(m);
-  const EdgeParams e = edge_params(m);
-  const double t = d(plan.tp);
-  const int64_t layers = plan.uneven() ? plan.chunk_layers(m.layers, stage).count : m.layers / plan.pp;
-  double params = d(layers) * (d(lp.tp_sharded) / t + d(lp.replicated));
-  if (stage == 0) params += d(e.token_embedding) / t + d(e.position_embedding);
-  if (stage == plan.pp - 1) {
-    params += d(e.final_norm);
-    // Megatron keeps a copy of a tied embedding on the last stage and all-reduces its gradient.
-    if (m.tied_embeddings) {
-      if (plan.pp > 1) params += d(e.token_embedding) / t;
-    } else {
-      params += d(e.output_head) / t;
-    }
-  }
-  return params;
+  return stage_param_split(m, plan, stage).total();
 }
 
 }  // namespace parallax

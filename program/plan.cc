@@ -20,7 +20,9 @@ const std::pair<const char*, Schedule> kSchedules[] = {
 const std::pair<const char*, Recompute> kRecomputes[] = {
     {"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}};
 const std::pair<const char*, Precision> kPrecisions[] = {
-    {"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}};
+    {"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}, {"fp8", Precision::kFp8}};
+const std::pair<const char*, CpComm> kCpComms[] = {{"p2p", CpComm::kP2p}, {"a2a", CpComm::kAllToAll}};
+const std::pair<const char*, Fp8Recipe> kFp8Recipes[] = {{"delayed", Fp8Recipe::kDelayed}, {"current", Fp8Recipe::kCurrent}};
 const std::pair<const char*, AttentionKernel> kKernels[] = {
     {"flash", AttentionKernel::kFlash}, {"materialized", AttentionKernel::kMaterialized}};
 const std::pair<const char*, KernelFusion> kFusions[] = {{"fused", KernelFusion::kFused}, {"eager", KernelFusion::kEager}};
@@ -41,6 +43,8 @@ const char* precision_name(Precision p) { return enum_name(p, kPrecisions); }
 const char* attention_name(AttentionKernel k) { return enum_name(k, kKernels); }
 const char* kernels_name(KernelFusion k) { return enum_name(k, kFusions); }
 const char* selective_name(SelectiveRecompute s) { return enum_name(s, kSelectives); }
+const char* cp_comm_name(CpComm c) { return enum_name(c, kCpComms); }
+const char* fp8_recipe_name(Fp8Recipe r) { return enum_name(r, kFp8Recipes); }
 std::optional<Schedule> parse_schedule(const std::string& s) { return parse_enum(s, kSchedules); }
 std::optional<Recompute> parse_recompute(const std::string& s) { return parse_enum(s, kRecomputes); }
 std::optional<Precision> parse_precision(const std::string& s) { return parse_enum(s, kPrecisions); }
@@ -66,6 +70,12 @@ const char* violation_key(Violation v) {
     case Violation::kSeqLenTooLong: return "seq_len_exceeds_max_positions";
     case Violation::kSequenceParallelSeqLen: return "sequence_parallel_needs_seq_len_multiple_of_tp";
     case Violation::kTooManyMicroBatches: return "too_many_micro_batches";
+    case Violation::kCpSeqLen: return "cp_needs_seq_len_multiple_of_2cp";
+    case Violation::kCpHeads: return "cp_a2a_needs_heads_multiple_of_tp_cp";
+    case Violation::kCpNeedsFlash: return "cp_needs_flash_attention";
+    case Violation::kEpExperts: return "ep_does_not_divide_experts";
+    case Violation::kEpDataRanks: return "ep_does_not_divide_cp_dp";
+    case Violation::kEpSharding: return "ep_with_zero_2_3_or_dp_shard";
     case Violation::kCount: break;
   }
   return "?";
@@ -91,7 +101,7 @@ Violation first_violation(const Plan& p, const ModelSpec& m, int64_t gpus_per_no
     return Violation::kLayersPp;
   }
   if (p.global_batch % (p.micro_batch * p.dp) != 0) return Violation::kBatchDivisibility;
-  if (p.dp_shard < 0 || (p.dp_shard > 0 && (p.dp % p.dp_shard != 0 || (p.zero < 1 && p.dp_shard < p.dp))))
+  if (p.dp_shard < 0 || (p.dp_shard > 0 && (p.data_ranks() % p.dp_shard != 0 || (p.zero < 1 && p.dp_shard < p.data_ranks()))))
     return Violation::kHybridSharding;
   if (p.schedule == Schedule::kInterleaved && p.micro_batches() % p.pp != 0)
     return Violation::kInterleavedMicrobatches;
@@ -100,8 +110,15 @@ Violation first_violation(const Plan& p, const ModelSpec& m, int64_t gpus_per_no
   if (p.zero >= 2 && p.pp > 1) return Violation::kZeroWithPp;
   if (p.offload && p.zero < 1) return Violation::kOffloadNeedsZero;
   if (p.seq_len > m.max_positions) return Violation::kSeqLenTooLong;
-  if (p.sequence_parallel && p.seq_len % p.tp != 0) return Violation::kSequenceParallelSeqLen;
+  if (p.sequence_parallel && (p.seq_len / p.cp) % p.tp != 0) return Violation::kSequenceParallelSeqLen;
   if (p.micro_batches() > kMaxMicroBatches) return Violation::kTooManyMicroBatches;
+  if (p.cp > 1 && p.seq_len % (2 * p.cp) != 0) return Violation::kCpSeqLen;
+  if (p.cp > 1 && p.execution.cp_comm == CpComm::kAllToAll && (m.heads % (p.tp * p.cp) != 0 || m.kv_heads % (p.tp * p.cp) != 0))
+    return Violation::kCpHeads;
+  if (p.cp > 1 && p.execution.attention != AttentionKernel::kFlash) return Violation::kCpNeedsFlash;
+  if (p.ep > 1 && (!m.is_moe() || m.experts % p.ep != 0)) return Violation::kEpExperts;
+  if (p.data_ranks() % p.ep != 0) return Violation::kEpDataRanks;
+  if (p.ep > 1 && (p.zero >= 2 || p.dp_shard > 0)) return Violation::kEpSharding;
   return Violation::kNone;
 }
 
@@ -126,7 +143,8 @@ std::string describe_violation(Violation v, const Plan& p, const ModelSpec& m, i
              " need pp >= 2 without interleaving and must leave the other stages an equal share (at least 1) of "
              "num_layers " + s(m.layers) + " (pp " + s(p.pp) + ")";
     case Violation::kHybridSharding:
-      return "dp_shard " + s(p.dp_shard) + " must divide dp " + s(p.dp) + " and needs zero >= 1 (zero " + s(p.zero) + ")";
+      return "dp_shard " + s(p.dp_shard) + " must divide " + (p.cp > 1 ? "cp x dp " : "dp ") + s(p.data_ranks()) +
+             " and needs zero >= 1 (zero " + s(p.zero) + ")";
     case Violation::kBatchDivisibility:
       return "global_batch " + s(p.global_batch) + " is not divisible by micro_batch " + s(p.micro_batch) +
              " x dp " + s(p.dp) + " (m = B/(b*d) must be an integer)";
@@ -148,10 +166,25 @@ std::string describe_violation(Violation v, const Plan& p, const ModelSpec& m, i
     case Violation::kSeqLenTooLong:
       return "seq_len " + s(p.seq_len) + " exceeds the model's max_position_embeddings " + s(m.max_positions);
     case Violation::kSequenceParallelSeqLen:
-      return "sequence_parallel splits seq_len " + s(p.seq_len) + " over tp " + s(p.tp) + ": it must divide";
+      return "sequence_parallel splits seq_len " + s(p.seq_len) + (p.cp > 1 ? " / cp " + s(p.cp) : "") + " over tp " +
+             s(p.tp) + ": it must divide";
     case Violation::kTooManyMicroBatches:
       return "micro-batches m = " + s(p.micro_batches()) + " exceed " + s(kMaxMicroBatches) +
              " (raise micro_batch or lower global_batch)";
+    case Violation::kCpSeqLen:
+      return "cp " + s(p.cp) + " splits seq_len " + s(p.seq_len) + " into 2 x cp chunks for causal load balancing: it must divide by " +
+             s(2 * p.cp);
+    case Violation::kCpHeads:
+      return "cp_comm a2a splits heads over tp x cp " + s(p.tp * p.cp) + ": it must divide num_attention_heads " + s(m.heads) +
+             " and num_key_value_heads " + s(m.kv_heads);
+    case Violation::kCpNeedsFlash: return "cp " + s(p.cp) + " needs execution.attention flash (fused attention kernels)";
+    case Violation::kEpExperts:
+      return m.is_moe() ? "ep " + s(p.ep) + " does not divide the " + s(m.experts) + " experts"
+                        : "ep " + s(p.ep) + " needs a mixture-of-experts model (" + m.name + " is dense)";
+    case Violation::kEpDataRanks:
+      return "ep " + s(p.ep) + " must divide cp x dp " + s(p.data_ranks()) + " (experts are split over the data-parallel ranks)";
+    case Violation::kEpSharding:
+      return "ep " + s(p.ep) + " supports zero 0 or 1 without dp_shard (zero " + s(p.zero) + ", dp_shard " + s(p.dp_shard) + ")";
     case Violation::kCount: break;
   }
   return "invalid plan";
@@ -160,12 +193,13 @@ std::string describe_violation(Violation v, const Plan& p, const ModelSpec& m, i
 Status check_plan(const Plan& plan, const ModelSpec& model, int64_t gpus_per_node) {
   // Bounds that keep the plan's products (GPUs, tokens per step) far from int64 overflow.
   const std::pair<const char*, int64_t> sizes[] = {{"tp", plan.tp}, {"pp", plan.pp}, {"dp", plan.dp},
+                                                   {"cp", plan.cp}, {"ep", plan.ep},
                                                    {"virtual_stages", plan.virtual_stages},
                                                    {"micro_batch", plan.micro_batch}};
   for (const auto& [key, value] : sizes)
     if (value > (int64_t{1} << 24)) return Error{"invalid plan: " + std::string(key) + " " + std::to_string(value) + " is above the supported 2^24"};
-  if (double(plan.tp) * double(plan.pp) * double(plan.dp) > 1e8)
-    return Error{"invalid plan: tp x pp x dp is above the supported 10^8 GPUs"};
+  if (double(plan.tp) * double(plan.cp) * double(plan.pp) * double(plan.dp) > 1e8)
+    return Error{"invalid plan: tp x cp x pp x dp is above the supported 10^8 GPUs"};
   if (plan.global_batch > 1'000'000'000'000) return Error{"invalid plan: global_batch is above the supported 10^12"};
   Violation v = first_violation(plan, model, gpus_per_node);
   if (v == Violation::kNone) return Status::Ok();
@@ -194,7 +228,7 @@ int64_t Plan::max_chunk_layers(int64_t layers) const {
 
 nlohmann::json plan_to_json(const Plan& p) {
   const Execution& e = p.execution;
-  return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"zero", p.zero},
+  return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"cp", p.cp}, {"ep", p.ep}, {"zero", p.zero},
           {"micro_batch", p.micro_batch}, {"global_batch", p.global_batch}, {"seq_len", p.seq_len},
           {"schedule", schedule_name(p.schedule)}, {"virtual_stages", p.virtual_stages},
           {"recompute", recompute_name(p.recompute)}, {"sequence_parallel", p.sequence_parallel},
@@ -210,7 +244,9 @@ nlohmann::json plan_to_json(const Plan& p) {
             {"dp_bucket_mib", e.dp_bucket_mib}, {"allocator_margin", e.allocator_margin},
             {"microbatch_overhead_us", e.microbatch_overhead_us},
             {"step_overhead_us", e.step_overhead_us}, {"fp32_gradients", e.fp32_gradients},
-            {"bf16_optimizer_states", e.bf16_optimizer_states}}}};
+            {"bf16_optimizer_states", e.bf16_optimizer_states}, {"cp_comm", cp_comm_name(e.cp_comm)},
+            {"moe_imbalance", e.moe_imbalance}, {"moe_capacity_factor", e.moe_capacity_factor},
+            {"fp8_recipe", fp8_recipe_name(e.fp8_recipe)}, {"fp8_param_gather", e.fp8_param_gather}}}};
 }
 
 namespace {
@@ -227,6 +263,8 @@ E read_enum(JsonFields& f, const char* key, std::optional<E> (*parse)(const std:
 std::optional<AttentionKernel> parse_kernel(const std::string& s) { return parse_enum(s, kKernels); }
 std::optional<KernelFusion> parse_fusion(const std::string& s) { return parse_enum(s, kFusions); }
 std::optional<SelectiveRecompute> parse_selective(const std::string& s) { return parse_enum(s, kSelectives); }
+std::optional<CpComm> parse_cp_comm(const std::string& s) { return parse_enum(s, kCpComms); }
+std::optional<Fp8Recipe> parse_fp8_recipe(const std::string& s) { return parse_enum(s, kFp8Recipes); }
 
 // Returns the first problem as one line, or "".
 std::string read_execution(const nlohmann::json& j, const std::string& where, Execution& e) {
@@ -255,6 +293,13 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   e.step_overhead_us = f.optional_number("step_overhead_us", true).value_or(e.step_overhead_us);
   e.fp32_gradients = f.optional_bool("fp32_gradients", e.fp32_gradients);
   e.bf16_optimizer_states = f.optional_bool("bf16_optimizer_states", e.bf16_optimizer_states);
+  if (f.has("cp_comm")) e.cp_comm = read_enum(f, "cp_comm", parse_cp_comm, "p2p|a2a", e.cp_comm);
+  e.moe_imbalance = f.optional_number("moe_imbalance").value_or(e.moe_imbalance);
+  e.moe_capacity_factor = f.optional_number("moe_capacity_factor", true).value_or(e.moe_capacity_factor);
+  if (f.has("fp8_recipe")) e.fp8_recipe = read_enum(f, "fp8_recipe", parse_fp8_recipe, "delayed|current", e.fp8_recipe);
+  e.fp8_param_gather = f.optional_bool("fp8_param_gather", e.fp8_param_gather);
+  if (f.ok() && (e.moe_imbalance < 1 || e.moe_imbalance > 1e3)) f.fail("moe_imbalance", "must be between 1 (balanced) and 1000");
+  if (f.ok() && e.moe_capacity_factor > 1e3) f.fail("moe_capacity_factor", "must be <= 1000 (0: dropless)");
   // Bounds that keep every derived byte count and time finite.
   if (f.ok() && e.dp_bucket_mib > 1e6) f.fail("dp_bucket_mib", "must be <= 1e6");
   if (f.ok() && e.allocator_margin > 1) f.fail("allocator_margin", "is a fraction and must be <= 1");
@@ -270,6 +315,8 @@ Result<Plan> plan_from_json(const nlohmann::json& j, const std::string& where) {
   p.tp = f.required_int("tp");
   p.pp = f.required_int("pp");
   p.dp = f.required_int("dp");
+  p.cp = f.optional_int("cp").value_or(1);
+  p.ep = f.optional_int("ep").value_or(1);
   const int64_t zero = f.required_int("zero", 0);
   if (f.ok() && zero > 3) f.fail("zero", "must be 0, 1, 2 or 3, got " + std::to_string(zero));
   p.zero = static_cast<int>(std::min<int64_t>(zero, 3));
@@ -280,7 +327,7 @@ Result<Plan> plan_from_json(const nlohmann::json& j, const std::string& where) {
   p.virtual_stages = f.optional_int("virtual_stages").value_or(1);
   p.recompute = read_enum(f, "recompute", parse_recompute, "none|selective|full", p.recompute);
   p.sequence_parallel = f.optional_bool("sequence_parallel", false);
-  p.precision = read_enum(f, "precision", parse_precision, "fp32|bf16|fp16", p.precision);
+  p.precision = read_enum(f, "precision", parse_precision, "fp32|bf16|fp16|fp8", p.precision);
   p.offload = f.optional_bool("offload", false);
   p.tp_across_nodes = f.optional_bool("tp_across_nodes", false);
   p.first_stage_layers = f.optional_int("first_stage_layers", 0).value_or(0);

@@ -1,5 +1,6 @@
-// Plan: how a model is split — the third input, beside the model and the cluster. TP x PP x DP
-// ranks (TP innermost, then DP, then PP), ZeRO stage, micro-batch, pipeline schedule, recompute,
+// Plan: how a model is split — the third input, beside the model and the cluster. TP x CP x DP x PP
+// ranks (TP innermost, then CP, then DP, then PP; expert parallelism regroups the CP x DP ranks of
+// MoE layers, as Megatron-Core's expert layout does), ZeRO stage, micro-batch, pipeline schedule, recompute,
 // sequence parallelism, precision, offload, and the execution settings a framework chooses (the
 // attention kernel, what overlaps what). The runtime executes a Plan as is; keep this file free of
 // the search and of the simulator.
@@ -18,6 +19,13 @@
 namespace parallax {
 
 enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
+// Context parallelism's attention: p2p, a ring passing K and V blocks under the attention compute
+// (Megatron-Core cp_comm_type p2p, with the causal load balancing of 2 cp sequence chunks); a2a,
+// all-to-alls that trade the sequence split for a head split around the attention (Ulysses).
+enum class CpComm { kP2p, kAllToAll };
+// FP8 scaling (Transformer Engine): delayed, from the amax history of earlier steps; current, from
+// each tensor's own amax, one more read of it before the cast.
+enum class Fp8Recipe { kDelayed, kCurrent };
 
 // Software choices that change time or memory but not the math. Defaults follow Megatron-Core.
 struct Execution {
@@ -43,10 +51,24 @@ struct Execution {
   // The optimizer's main weight copy and Adam m, v in bf16 (6 bytes per parameter, not 12), as
   // NeMo's distributed_fused_adam with optim.dtype bf16 keeps them.
   bool bf16_optimizer_states = false;
+  CpComm cp_comm = CpComm::kP2p;
+  // MoE routing: the busiest expert's tokens over the mean (1: balanced; an input, measured from
+  // the router's statistics), and the capacity factor that caps an expert's tokens at that many
+  // times the mean, dropping the rest (0: dropless).
+  double moe_imbalance = 1.0;
+  double moe_capacity_factor = 0.0;
+  Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
+  // FP8 weights gathered in FP8 (Megatron --fp8-param-gather, torchtitan's float8 all-gather for
+  // FSDP): ZeRO's weight all-gathers move 1 byte per matmul weight, and no 16-bit copy is kept.
+  bool fp8_param_gather = false;
 };
 
 struct Plan {
   int64_t tp = 1, pp = 1, dp = 1;
+  // Context parallelism: cp ranks split every sequence (dp counts batch replicas, so the plan
+  // runs on tp x cp x dp x pp GPUs). Expert parallelism: MoE layers split their experts over ep
+  // of the cp x dp ranks; the experts' gradients reduce over the other cp x dp / ep.
+  int64_t cp = 1, ep = 1;
   int zero = 0;
   int64_t micro_batch = 1;
   int64_t global_batch = 1;
@@ -67,10 +89,14 @@ struct Plan {
   int64_t dp_shard = 0;
   Execution execution;
 
-  int64_t gpus() const { return tp * pp * dp; }
-  // The DP ranks ZeRO shards over: dp_shard, or all of DP.
-  int64_t shard_degree() const { return dp_shard > 0 ? dp_shard : dp; }
-  bool hybrid_sharding() const { return shard_degree() < dp; }
+  int64_t gpus() const { return tp * cp * dp * pp; }
+  // The ranks holding the same dense weights, over which their gradients reduce: cp x dp.
+  int64_t data_ranks() const { return cp * dp; }
+  // The ranks holding the same experts: cp x dp / ep.
+  int64_t expert_data_ranks() const { return cp * dp / ep; }
+  // The ranks ZeRO shards dense weights over: dp_shard, or all cp x dp.
+  int64_t shard_degree() const { return dp_shard > 0 ? dp_shard : cp * dp; }
+  bool hybrid_sharding() const { return shard_degree() < cp * dp; }
   // m = B / (b * d); only meaningful once the plan is valid.
   int64_t micro_batches() const { return global_batch / (micro_batch * dp); }
   bool uneven() const { return first_stage_layers > 0 || last_stage_layers > 0; }
@@ -91,6 +117,8 @@ const char* precision_name(Precision p);
 const char* attention_name(AttentionKernel k);
 const char* kernels_name(KernelFusion k);
 const char* selective_name(SelectiveRecompute s);
+const char* cp_comm_name(CpComm c);
+const char* fp8_recipe_name(Fp8Recipe r);
 std::optional<Schedule> parse_schedule(const std::string& s);
 std::optional<Recompute> parse_recompute(const std::string& s);
 std::optional<Precision> parse_precision(const std::string& s);
@@ -119,6 +147,12 @@ enum class Violation {
   kSeqLenTooLong,
   kSequenceParallelSeqLen,  // SP splits the sequence over TP: seq_len must divide by tp
   kTooManyMicroBatches,     // m above kMaxMicroBatches
+  kCpSeqLen,                // CP's causal split needs seq_len divisible by 2 cp
+  kCpHeads,                 // CP all-to-all (Ulysses) needs heads and KV heads divisible by tp x cp
+  kCpNeedsFlash,            // CP runs fused attention only
+  kEpExperts,               // EP needs an MoE model whose experts it divides
+  kEpDataRanks,             // EP must divide cp x dp
+  kEpSharding,              // EP with ZeRO-2/3 or hybrid sharding
   kCount
 };
 const char* violation_key(Violation v);  // short snake_case name, for rejection tables

@@ -40,6 +40,8 @@ std::string op_name(const ProgramOp& op) {
     case CollectiveRole::kEmbedding: return coll + " embedding";
     case CollectiveRole::kReplicaReduce:
       return coll + " dp-replica " + (op.bucket >= 0 ? bucket : mb_chunk(op));
+    case CollectiveRole::kExpertGradients: return coll + " expert-dp chunk=" + std::to_string(op.chunk);
+    case CollectiveRole::kExpertWeights: return coll + " expert-dp";
     case CollectiveRole::kNone: break;
   }
   return coll;
@@ -53,20 +55,21 @@ TpTraffic tp_traffic(const ModelSpec& m, const Plan& plan, OpKind pass) {
   t.bytes = boundary_tensor_bytes(m, plan);
   const bool sp = plan.sequence_parallel;
   // Per pair of GEMM blocks (attention, MLP): one all-reduce, or with SP an all-gather and a
-  // reduce-scatter.
+  // reduce-scatter. An MoE layer's MLP block gathers every routed copy of its tokens (top-k x the
+  // attention's buffer); `bytes` is the mean of the two blocks' buffers.
+  const double mlp = m.is_moe() ? static_cast<double>(m.experts_per_token) : 1.0;
+  t.bytes *= (1.0 + mlp) / 2.0;
   const int per_block = sp ? 2 : 1;
   const Collective one = sp ? Collective::kAllGather : Collective::kAllReduce;
-  const double sent_per_block = sp ? 2 * collective_bytes_per_rank(one, t.bytes, plan.tp)
-                                   : collective_bytes_per_rank(one, t.bytes, plan.tp);
+  const double sent_per_block = (sp ? 2 : 1) * collective_bytes_per_rank(one, t.bytes, plan.tp);
   int blocks = 0;
   switch (pass) {
     case OpKind::kForward: blocks = 2; break;
     case OpKind::kBackward: blocks = plan.recompute == Recompute::kFull ? 4 : 2; break;
     case OpKind::kWeight:  // SP: the QKV and FC1 inputs are gathered again for their weight gradients
-      if (sp) {
-        t.count = 2;
-        t.sent_bytes = 2 * collective_bytes_per_rank(Collective::kAllGather, t.bytes, plan.tp);
-      }
+      if (!sp) return TpTraffic{};
+      t.count = 2;
+      t.sent_bytes = 2 * collective_bytes_per_rank(Collective::kAllGather, t.bytes, plan.tp);
       return t;
   }
   t.count = blocks * per_block;
@@ -100,12 +103,20 @@ class StageBuilder {
  public:
   StageBuilder(const ModelSpec& m, const StepProgram& prog, int64_t stage)
       : m_(m), p_(prog.plan), prog_(prog), stage_(stage), buckets_(dp_buckets_per_chunk(m, p_, stage)) {
-    const double params = stage_params_per_gpu(m, p_, stage);
+    // With EP the experts' gradients and weights reduce and gather over their own group; without,
+    // the experts are dense weights like the rest.
+    StageParams params = stage_param_split(m, p_, stage);
+    if (p_.ep == 1) params = {params.total(), 0};
     const ModelStateBytesPerParam bpp = bytes_per_param(p_);
-    stage_grad_bytes_ = params * bpp.gradients;
-    stage_weight_bytes_ = params * bpp.weights;
-    for (OpKind k : {OpKind::kForward, OpKind::kBackward, OpKind::kWeight})
+    stage_grad_bytes_ = params.dense * bpp.gradients;
+    stage_weight_bytes_ = params.dense * bpp.gathered;
+    expert_grad_bytes_ = params.expert * bpp.gradients;
+    expert_weight_bytes_ = params.expert * bpp.gathered;
+    const ModelSpec dense = dense_layer_model(m);
+    for (OpKind k : {OpKind::kForward, OpKind::kBackward, OpKind::kWeight}) {
       tp_[static_cast<int>(k)] = tp_traffic(m, p_, k);
+      tp_dense_[static_cast<int>(k)] = tp_traffic(dense, p_, k);
+    }
   }
 
   StageProgram build(std::vector<PipelineOp> schedule) {
@@ -156,7 +167,7 @@ class StageBuilder {
     const int64_t vs = virtual_stage(stage_, pass.chunk, p_.pp), last_vs = p_.pp * p_.virtual_stages - 1;
     // ZeRO-3 gathers the stage's weights before each pass: over DP, and with offload from host
     // memory too (its shard, even on one GPU).
-    if (p_.zero == 3 && (p_.dp > 1 || p_.offload) && pass.kind != OpKind::kWeight) {
+    if (p_.zero == 3 && (p_.data_ranks() > 1 || p_.offload) && pass.kind != OpKind::kWeight) {
       ProgramOp g = collective(CollectiveRole::kWeightGather, Collective::kAllGather, GroupKind::kDp, StreamKind::kDp,
                                stage_weight_bytes_);
       g.pass = pass.kind, g.micro_batch = pass.micro_batch, g.chunk = pass.chunk;
@@ -175,11 +186,14 @@ class StageBuilder {
     ProgramOp c;
     c.type = ProgramOpType::kCompute, c.pass = pass.kind, c.micro_batch = pass.micro_batch, c.chunk = pass.chunk;
     const bool split = splits_weight_gradients(p_.schedule);
-    const TpTraffic& own = tp_[static_cast<int>(pass.kind)];
-    const TpTraffic& w = tp_[static_cast<int>(OpKind::kWeight)];
     const bool with_w = pass.kind == OpKind::kBackward && !split;
-    c.bytes = d(prog_.chunk_layers[stage_]) * (own.count * own.bytes + (with_w ? w.count * w.bytes : 0.0));
-    c.sent_bytes = d(prog_.chunk_layers[stage_]) * (own.sent_bytes + (with_w ? w.sent_bytes : 0.0));
+    const double dense = d(chunk_dense_layers(m_, p_, stage_, pass.chunk)), rest = d(prog_.chunk_layers[stage_]) - dense;
+    for (const auto& [layers, tp] : {std::pair{rest, tp_}, std::pair{dense, tp_dense_}}) {
+      const TpTraffic& own = tp[static_cast<int>(pass.kind)];
+      const TpTraffic& w = tp[static_cast<int>(OpKind::kWeight)];
+      c.bytes += layers * (own.count * own.bytes + (with_w ? w.count * w.bytes : 0.0));
+      c.sent_bytes += layers * (own.sent_bytes + (with_w ? w.sent_bytes : 0.0));
+    }
     c.waits_for = waits;
     c.frees_activations = releases_activations(pass.kind, p_.schedule);
     before_last_compute_ = last_compute_;
@@ -227,7 +241,7 @@ class StageBuilder {
   void add_shard_reduction(const PipelineOp& pass, int32_t compute) {
     OpWaits waits = {compute};
     if (sp_norms()) waits.push_back(add_norm_gradients(pass.chunk, pass.micro_batch, compute));
-    if (p_.dp < 2 && !p_.offload) return;  // with offload the shard still goes to host memory
+    if (p_.data_ranks() < 2 && !p_.offload) return;  // with offload the shard still goes to host memory
     ProgramOp rs = collective(CollectiveRole::kGradientShard, Collective::kReduceScatter, GroupKind::kDp,
                               StreamKind::kDp, stage_grad_bytes_);
     rs.micro_batch = pass.micro_batch, rs.chunk = pass.chunk;
@@ -249,8 +263,15 @@ class StageBuilder {
       e.waits_for = {producer};
       prior.push_back(add(std::move(e)));
     }
-    if (p_.dp < 2) return;
+    if (p_.data_ranks() < 2) return;
     const Collective c = p_.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
+    if (expert_grad_bytes_ > 0 && p_.expert_data_ranks() > 1) {  // EP: the experts' own reduction first
+      ProgramOp b = collective(CollectiveRole::kExpertGradients, c, GroupKind::kExpertDp, StreamKind::kDp,
+                               expert_grad_bytes_ / d(p_.virtual_stages));
+      b.chunk = static_cast<int32_t>(chunk);
+      b.waits_for = {producer};
+      add(std::move(b));
+    }
     for (int64_t k = 0; k < buckets_; ++k) {
       ProgramOp b = collective(CollectiveRole::kGradientBucket, c, GroupKind::kDp, StreamKind::kDp,
                                stage_grad_bytes_ / d(p_.virtual_stages) / d(buckets_));
@@ -277,7 +298,13 @@ class StageBuilder {
   // with overlap_param_gather (after = -1) at the start of the step, the previous optimizer's
   // gathers running under the forward: the first pass waits for the first bucket only.
   void add_weight_gathers(int32_t after) {
-    if (p_.dp < 2 || (p_.zero != 1 && p_.zero != 2)) return;
+    if (p_.data_ranks() < 2 || (p_.zero != 1 && p_.zero != 2)) return;
+    if (expert_weight_bytes_ > 0 && p_.expert_data_ranks() > 1) {
+      ProgramOp g = collective(CollectiveRole::kExpertWeights, Collective::kAllGather, GroupKind::kExpertDp,
+                               StreamKind::kDp, expert_weight_bytes_);
+      if (after >= 0) g.waits_for = {after};
+      add(std::move(g));
+    }
     const int64_t total = p_.virtual_stages * buckets_;
     for (int64_t k = 0; k < total; ++k) {
       ProgramOp g = collective(CollectiveRole::kWeightBucket, Collective::kAllGather, GroupKind::kDp, StreamKind::kDp,
@@ -293,8 +320,9 @@ class StageBuilder {
   const Plan& p_;
   const StepProgram& prog_;
   const int64_t stage_, buckets_;
-  double stage_grad_bytes_ = 0, stage_weight_bytes_ = 0;
-  TpTraffic tp_[3];
+  double stage_grad_bytes_ = 0, stage_weight_bytes_ = 0;    // dense (all, without EP)
+  double expert_grad_bytes_ = 0, expert_weight_bytes_ = 0;  // EP: the experts'
+  TpTraffic tp_[3], tp_dense_[3];
   StageProgram out_;
   int32_t last_compute_ = -1, before_last_compute_ = -1;
   int32_t last_on_[5] = {-1, -1, -1, -1, -1};
@@ -304,12 +332,15 @@ class StageBuilder {
 }  // namespace
 
 StepProgram build_step_program(const ModelSpec& m, const Plan& plan) {
-  StepProgram prog{plan, RankGrid(plan), {}, {}, 0, 0};
+  StepProgram prog{plan, RankGrid(plan), {}, {}, 0, {}};
   for (int64_t s = 0; s < plan.pp; ++s) prog.chunk_layers.push_back(plan.chunk_layers(m.layers, s).count);
   prog.boundary_bytes = boundary_tensor_bytes(m, plan) / d(plan.tp);  // Megatron's scatter-gather: 1/t per TP rank
-  const ActivationOptions ao{plan.seq_len, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute,
-                             plan.execution.attention, plan.execution.selective};
-  prog.activation_bytes_per_layer = layer_activation_bytes(m, ao).total();
+  const ActivationOptions ao = activation_options(plan);
+  const double layer = layer_activation_bytes(m, ao).total(), dense = layer_activation_bytes(dense_layer_model(m), ao).total();
+  for (int64_t s = 0; s < plan.pp; ++s) {
+    const double n = d(chunk_dense_layers(m, plan, s, 0));
+    prog.pass_activation_bytes.push_back((d(prog.chunk_layers[s]) - n) * layer + n * dense);
+  }
   std::vector<std::vector<PipelineOp>> schedule =
       pipeline_ops(plan.schedule, plan.pp, plan.micro_batches(), plan.virtual_stages);
   for (int64_t s = 0; s < plan.pp; ++s) prog.stages.push_back(StageBuilder(m, prog, s).build(std::move(schedule[s])));

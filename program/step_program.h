@@ -51,6 +51,8 @@ enum class CollectiveRole : uint8_t {
   kNormGradients,   // TP with SP: all-reduce the norm weights' partial gradients of `chunk`
   kEmbedding,       // first + last stage: all-reduce the tied embedding's gradient
   kReplicaReduce,   // hybrid sharding: all-reduce a reduced gradient shard over the DP replicas
+  kExpertGradients, // EP: reduce chunk `chunk`'s expert gradients over the expert data-parallel ranks
+  kExpertWeights,   // EP, ZeRO-1: all-gather the updated expert weights over the same ranks
 };
 
 // The earlier ops (indices in the stage's list) an op waits for: at most four (a compute op: its
@@ -103,7 +105,8 @@ static_assert(sizeof(ProgramOp) <= 64, "a deep pipeline's program holds millions
 // The canonical trace name: "F mb=3 chunk=0", "send pp F mb=3 chunk=0" (the output of that F),
 // "recv pp B mb=3 chunk=1" (the gradient B mb=3 chunk=1 needs), "allreduce dp bucket=2",
 // "reduce-scatter dp mb=3 chunk=0", "all-gather dp bucket=1", "all-gather dp F mb=3 chunk=0",
-// "allreduce tp norms chunk=0", "allreduce embedding", "optimizer".
+// "allreduce tp norms chunk=0", "allreduce embedding", "allreduce expert-dp chunk=0",
+// "all-gather expert-dp", "optimizer".
 std::string op_name(const ProgramOp& op);
 // The TP collectives inside compute op `op`, as one event on the tp track: "tp F mb=3 chunk=0".
 std::string tp_event_name(const ProgramOp& op);
@@ -140,11 +143,9 @@ struct StepProgram {
   std::vector<StageProgram> stages;
   std::vector<int64_t> chunk_layers;  // per stage: the layers of each of its chunks
   double boundary_bytes = 0;          // one pipeline transfer, per GPU
-  double activation_bytes_per_layer = 0;  // one micro-batch through one layer
-  // One micro-batch through one chunk's layers on `stage`.
-  double activation_bytes_per_pass(int64_t stage) const {
-    return static_cast<double>(chunk_layers[stage]) * activation_bytes_per_layer;
-  }
+  // Per stage: one micro-batch through its first chunk's layers (16-bit activations).
+  std::vector<double> pass_activation_bytes;
+  double activation_bytes_per_pass(int64_t stage) const { return pass_activation_bytes[static_cast<size_t>(stage)]; }
 };
 
 // Precondition: check_plan(plan, m, ...) is ok.

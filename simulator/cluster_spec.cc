@@ -10,8 +10,16 @@ namespace parallax {
 double GpuSpec::peak_flops(Precision p) const {
   const double tflops = p == Precision::kFp32   ? peak_fp32_tflops
                         : p == Precision::kBf16 ? peak_bf16_tflops
+                        : p == Precision::kFp8  ? peak_fp8_tflops
                                                 : peak_fp16_tflops;
   return tflops * 1e12;
+}
+
+std::string gpu_refusal(const ClusterSpec& c, Precision p) {
+  if (p == Precision::kFp8 && c.gpu.peak_fp8_tflops <= 0)
+    return "precision fp8 needs FP8 tensor cores: " + c.gpu.name + " has none (cluster " + c.name +
+           " sets no gpu.peak_tflops.fp8)";
+  return "";
 }
 
 namespace {
@@ -80,6 +88,7 @@ Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
   g.peak_bf16_tflops = p.required_number("bf16");
   g.peak_fp16_tflops = p.required_number("fp16");
   g.peak_fp32_tflops = p.required_number("fp32");
+  g.peak_fp8_tflops = p.optional_number("fp8").value_or(0.0);  // absent: no FP8 tensor cores
   if (!p.ok()) return Error{p.error()};
   g.hbm_gib = f.required_number("hbm_gib");
   g.hbm_gbps = f.required_bandwidth_gbps("hbm_gbps");

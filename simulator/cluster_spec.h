@@ -30,6 +30,7 @@ struct GpuSpec {
   double peak_bf16_tflops = 0;
   double peak_fp16_tflops = 0;
   double peak_fp32_tflops = 0;
+  double peak_fp8_tflops = 0;  // dense FP8 tensor throughput; 0: the GPU has none (A100)
   double hbm_gib = 0;
   double hbm_gbps = 0;
   // Achieved fraction of peak for a GEMM: max_eff * prod over (M, N, K) of d / (d + half_dim),
@@ -80,6 +81,9 @@ struct ClusterSpec {
   HostSpec host;
   int64_t max_nodes = 0;  // 0: as many as a plan asks for
 };
+
+// "" if `plan` can run on the cluster's GPU, else why not in one line (FP8 on a GPU without FP8).
+std::string gpu_refusal(const ClusterSpec& c, Precision p);
 
 Result<ClusterSpec> cluster_from_json(const nlohmann::json& j, const std::string& where);
 // `name_or_path`: a path, or a name found as clusters/NAME.json in the data directory.

@@ -18,6 +18,7 @@ GroupPlacement place_group(int64_t size, int64_t stride, int64_t gpus_per_node) 
 LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g) {
   LinkTier link;
   link.intra_latency_s = c.node.latency_us * 1e-6;
+  link.intra_busbw_Bps = c.node.busbw_gbps * 1e9;
   link.nodes = g.nodes;
   link.ranks_per_node = g.ranks_per_node;
   if (g.nodes <= 1) {
@@ -38,6 +39,14 @@ LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g) {
 double collective_time_s(Collective op, double bytes, int64_t n, const LinkTier& link) {
   if (op == Collective::kSendRecv) return link.latency_s + bytes / link.busbw_Bps;
   if (n <= 1) return 0;
+  if (op == Collective::kAllToAll) {
+    const double per_peer = bytes / static_cast<double>(n);
+    if (!link.crosses_nodes) return link.latency_s + static_cast<double>(n - 1) * per_peer / link.busbw_Bps;
+    const double rpn = static_cast<double>(link.ranks_per_node);
+    const double out_s = (static_cast<double>(n) - rpn) * per_peer / (link.busbw_Bps / rpn);
+    const double in_node_s = (rpn - 1) * per_peer / link.intra_busbw_Bps;
+    return link.latency_s + std::max(out_s, in_node_s);
+  }
   const int64_t twice = op == Collective::kAllReduce ? 2 : 1;
   const int64_t steps = twice * (n - 1), inter = link.nodes > 1 ? std::min(steps, twice * (link.nodes - 1)) : 0;
   const double latency = static_cast<double>(inter) * link.latency_s +

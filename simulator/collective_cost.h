@@ -32,6 +32,7 @@ struct LinkTier {
   int64_t nodes = 1, ranks_per_node = 1;
   bool crosses_nodes = false;
   int64_t sms = 0;  // SMs a collective on this link holds on each GPU (cluster nccl_sms)
+  double intra_busbw_Bps = 0;  // NVLink inside a node, for the part of an all-to-all that stays there
 };
 LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g);
 
@@ -40,7 +41,9 @@ LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g);
 // ring's bandwidth for large ones. Other collectives run as rings. Latency as NCCL's tuner models
 // it (src/graph/tuning.cc): of a ring's steps only those between nodes (2(nodes - 1) for an
 // all-reduce, nodes - 1 otherwise) pay the network's latency, the rest NVLink's; a tree pays
-// 2((ranks per node - 1) intra + ceil(log2 nodes) inter).
+// 2((ranks per node - 1) intra + ceil(log2 nodes) inter). An all-to-all sends S/n to each peer
+// at once: the share to peers in other nodes through this GPU's NIC (the tier's bandwidth over its
+// ranks per node), beside the share to its node's peers over NVLink; one step's latency.
 double collective_time_s(Collective op, double bytes, int64_t n, const LinkTier& link);
 double tree_allreduce_time_s(double bytes, int64_t n, const LinkTier& link);
 

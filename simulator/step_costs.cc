@@ -28,17 +28,22 @@ double ops_recomputed_share(const ModelSpec& m, std::string_view gemm) {
   return 0.0;
 }
 
+bool is_core(std::string_view gemm) { return gemm == "scores" || gemm == "attn_v"; }
+
 // Forward, input-gradient and weight-gradient GEMMs each have their own shape (and so their own
-// wave quantization); the attention core's two backward products are both input gradients.
+// wave quantization); the attention core's two backward products are both input gradients. With
+// FP8 the weight GEMMs run at the FP8 peak, the router and the attention core in bf16.
 GemmTimes gemm_times(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
-  const Precision prec = plan.precision;
+  const Precision base = base_precision(plan.precision);
   GemmTimes t;
   const bool flash = plan.execution.attention == AttentionKernel::kFlash;
-  for (const Gemm& g : layer_gemms(m, plan.seq_len, plan.micro_batch, plan.tp)) {
-    const bool is_core = std::string_view(g.name) == "scores" || std::string_view(g.name) == "attn_v";
+  const GemmShape shape{plan.seq_len, plan.micro_batch, plan.tp, plan.cp, plan.ep, expert_load(m, plan)};
+  for (const Gemm& g : layer_gemms(m, shape)) {
+    const bool core = is_core(g.name);
+    const Precision prec = core || std::string_view(g.name) == "router" ? base : plan.precision;
     const double fwd = gemm_time_s(c.gpu, prec, g), dx = gemm_time_s(c.gpu, prec, input_gradient_gemm(g)),
                  dw = gemm_time_s(c.gpu, prec, weight_gradient_gemm(g));
-    if (!is_core) {
+    if (!core) {
       t.ops_recompute_s += ops_recomputed_share(m, g.name) * fwd;
       t.fwd_s += fwd;
       t.dgrad_s += dx;
@@ -49,61 +54,152 @@ GemmTimes gemm_times(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
     }
   }
   if (flash) {
-    // A fused causal kernel skips the masked half of the s x s square.
-    const double tokens = d(plan.seq_len) * d(plan.micro_batch);
+    // A fused causal kernel skips the masked half of the s x s square. With CP each rank computes
+    // 1/cp of it (the causal load balancing), in blocks of its s / cp rows.
+    const double tokens = d(plan.seq_len / plan.cp) * d(plan.micro_batch);
     const double core_flops = attention_core_flops_per_token(m, plan.seq_len) * tokens / d(plan.tp);
-    const AttentionTimes at = attention_times(c.gpu, prec, plan.execution.attention_impl, m.head_dim, plan.seq_len,
-                                              0.5 * core_flops);
+    const AttentionTimes at = attention_times(c.gpu, base, plan.execution.attention_impl, m.head_dim,
+                                              plan.seq_len / plan.cp, 0.5 * core_flops);
     t.core_s = at.forward_s;
     t.core_bwd_s = at.backward_s;
   }
   return t;
 }
 
+// FP8's casts (Transformer Engine's fused cast-transpose): each weight GEMM's input, forward, and
+// its output gradient, backward, are read in 16 bits and written as FP8 and FP8 transposed — 2 +
+// 1 + 1 bytes per element; current scaling reads the tensor once more for its amax first (+2).
+// Returns {forward, backward} bytes.
+std::pair<double, double> fp8_cast_bytes(const ModelSpec& m, const Plan& plan) {
+  if (plan.precision != Precision::kFp8) return {0, 0};
+  const double per = plan.execution.fp8_recipe == Fp8Recipe::kCurrent ? 6.0 : 4.0;
+  const GemmShape shape{plan.seq_len, plan.micro_batch, plan.tp, plan.cp, plan.ep, expert_load(m, plan)};
+  double fwd = 0, bwd = 0;
+  for (const Gemm& g : layer_gemms(m, shape)) {
+    if (is_core(g.name) || std::string_view(g.name) == "router") continue;
+    fwd += per * d(g.m) * d(g.k) * d(g.batch);
+    bwd += per * d(g.m) * d(g.n) * d(g.batch);
+  }
+  return {fwd, bwd};
+}
+
+// One point-to-point step of a ring (CP's KV exchange): every rank sends to its neighbour at once;
+// a ring across nodes waits for the steps that cross them, each on one GPU's NIC.
+double ring_step_s(double bytes, const LinkTier& link) {
+  if (bytes <= 0) return 0;
+  const double bw = link.crosses_nodes ? link.busbw_Bps / d(link.ranks_per_node) : link.busbw_Bps;
+  return link.latency_s + bytes / bw;
+}
+
+// Context and expert parallelism's communication inside one layer: {forward, backward} seconds
+// and the bytes this GPU sends for both.
+struct LayerExchange {
+  double cp_forward_s = 0, cp_backward_s = 0, ep_forward_s = 0, ep_backward_s = 0;
+  double cp_bytes = 0, ep_bytes = 0;
+};
+
+LayerExchange layer_exchange(const ModelSpec& m, const ClusterSpec& c, const Plan& plan, const GemmTimes& gt) {
+  LayerExchange x;
+  const double ab = activation_element_bytes(plan.precision);
+  const double tokens = d(plan.seq_len / plan.cp) * d(plan.micro_batch);
+  if (plan.cp > 1) {
+    const LinkTier link = group_link(c, plan, GroupKind::kCp);
+    if (plan.execution.cp_comm == CpComm::kP2p) {
+      // Ring attention: cp - 1 steps pass this rank's K and V block on, each under the attention
+      // of one block (1/cp of the core); the backward passes K, V and their gradients, twice the bytes.
+      const double kv = tokens * d(m.kv_dim() + m.v_dim()) / d(plan.tp) * ab;
+      const double steps = d(plan.cp - 1);
+      x.cp_forward_s = steps * std::max(0.0, ring_step_s(kv, link) - gt.core_s / d(plan.cp));
+      x.cp_backward_s = steps * std::max(0.0, ring_step_s(2 * kv, link) - gt.core_bwd_s / d(plan.cp));
+      x.cp_bytes = steps * 3 * kv;
+    } else {
+      // Ulysses: all-to-alls of Q, K, V before the attention and of its output after, exchanging
+      // the sequence split for a head split; the backward the same for the gradients. Not hidden.
+      const double qkvo = tokens * d(m.q_dim() + m.kv_dim() + m.v_dim() + m.o_dim()) / d(plan.tp) * ab;
+      x.cp_forward_s = collective_time_s(Collective::kAllToAll, qkvo, plan.cp, link);
+      x.cp_backward_s = x.cp_forward_s;
+      x.cp_bytes = 2 * collective_bytes_per_rank(Collective::kAllToAll, qkvo, plan.cp);
+    }
+  }
+  if (plan.ep > 1 && m.is_moe()) {
+    // Token dispatch and combine: this rank's routed copies (its s / cp / t tokens under SP, x top-k)
+    // all-to-all over EP, forward and again for the gradients backward.
+    const double rep = plan.sequence_parallel ? d(plan.tp) : 1.0;
+    const double routed = tokens / rep * d(m.experts_per_token) * d(m.hidden) * ab;
+    const double one = collective_time_s(Collective::kAllToAll, routed, plan.ep, group_link(c, plan, GroupKind::kEp));
+    x.ep_forward_s = x.ep_backward_s = 2 * one;
+    x.ep_bytes = 4 * collective_bytes_per_rank(Collective::kAllToAll, routed, plan.ep);
+  }
+  return x;
+}
+
 }  // namespace
+
+double expert_load(const ModelSpec& m, const Plan& plan) {
+  if (!m.is_moe()) return 1.0;
+  double busiest = plan.execution.moe_imbalance;
+  if (plan.execution.moe_capacity_factor > 0) busiest = std::min(busiest, plan.execution.moe_capacity_factor);
+  const double local = d(m.experts / plan.ep);
+  return (local - 1 + busiest) / local;
+}
 
 LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
   const GpuSpec& gpu = c.gpu;
-  const Precision prec = plan.precision;
+  const Precision base = base_precision(plan.precision);
   const bool flash = plan.execution.attention == AttentionKernel::kFlash;
-  const double tokens = d(plan.seq_len) * d(plan.micro_batch);
+  const double tokens = d(plan.seq_len / plan.cp) * d(plan.micro_batch);
 
   const GemmTimes gt = gemm_times(m, c, plan);
   auto elementwise_time = [&](AttentionKernel kernel) {
     const double bytes = layer_elementwise_bytes_per_token(m, plan.seq_len, plan.tp, plan.sequence_parallel, kernel,
                                                            plan.execution.kernels);
-    return memory_time_s(gpu, bytes * tokens * activation_element_bytes(prec) / 2.0);
+    return memory_time_s(gpu, bytes * tokens * activation_element_bytes(base) / 2.0);
   };
-  const double elementwise_s = elementwise_time(plan.execution.attention);
+  const auto [fp8_fwd_bytes, fp8_bwd_bytes] = fp8_cast_bytes(m, plan);
+  const double elementwise_s = elementwise_time(plan.execution.attention) + memory_time_s(gpu, fp8_fwd_bytes);
+  const double fp8_bwd_s = memory_time_s(gpu, fp8_bwd_bytes);
   // The softmax and dropout over materialized scores: what selective recompute re-runs besides
   // the two attention GEMMs.
-  const double scores_s = flash ? 0.0 : elementwise_s - elementwise_time(AttentionKernel::kFlash);
+  const double scores_s = flash ? 0.0 : elementwise_time(plan.execution.attention) - elementwise_time(AttentionKernel::kFlash);
   const double core_s = gt.core_s;
+  const LayerExchange x = layer_exchange(m, c, plan, gt);
 
   // Two all-reduces forward and two backward (with SP: all-gather + reduce-scatter pairs that
-  // move the same bytes in the same time).
+  // move the same bytes in the same time): one around the attention, one around the MLP — whose
+  // buffer holds every routed copy of a token in an MoE layer (top-k x).
   const double tp_msg = boundary_tensor_bytes(m, plan);
+  const double mlp_factor = m.is_moe() ? d(m.experts_per_token) : 1.0;
   const LinkTier link = group_link(c, plan, GroupKind::kTp);
-  const double one_ar_s = collective_time_s(Collective::kAllReduce, tp_msg, plan.tp, link);
+  auto pair_s = [&](Collective op) {
+    return collective_time_s(op, tp_msg, plan.tp, link) + collective_time_s(op, mlp_factor * tp_msg, plan.tp, link);
+  };
+  const double ar_pair_s = pair_s(Collective::kAllReduce);
 
   LayerTiming t;
-  t.forward_s = gt.fwd_s + core_s + elementwise_s + 2 * one_ar_s;
+  t.forward_s = gt.fwd_s + core_s + elementwise_s + ar_pair_s + x.cp_forward_s + x.ep_forward_s;
   // Elementwise backward kernels read the saved input and the incoming gradient and write one
   // gradient where the forward read one tensor and wrote one (norms, GELU/SwiGLU, softmax):
   // 3 passes for 2, so 1.5 x the forward's bytes (dropout's backward moves as many as its forward).
-  t.backward_input_s = gt.dgrad_s + gt.core_bwd_s + kBackwardElementwise * elementwise_s + 2 * one_ar_s;
+  t.backward_input_s = gt.dgrad_s + gt.core_bwd_s + kBackwardElementwise * (elementwise_s - memory_time_s(gpu, fp8_fwd_bytes)) +
+                       fp8_bwd_s + ar_pair_s + x.cp_backward_s + x.ep_backward_s;
   t.backward_weight_s = gt.wgrad_s;
-  t.tp_comm_s = 4 * one_ar_s;
-  t.tp_forward_s = t.tp_backward_input_s = 2 * one_ar_s;
+  t.tp_comm_s = 2 * ar_pair_s;
+  t.tp_forward_s = t.tp_backward_input_s = ar_pair_s;
+  t.exchange_forward_s = x.cp_forward_s + x.ep_forward_s;
+  t.exchange_backward_s = x.cp_backward_s + x.ep_backward_s;
+  t.cp_bytes = x.cp_bytes;
+  t.ep_bytes = x.ep_bytes;
   if (plan.recompute == Recompute::kFull) {
     t.backward_input_s += t.forward_s;
-    t.tp_comm_s += 2 * one_ar_s;
-    t.tp_backward_input_s += 2 * one_ar_s;
+    t.tp_comm_s += ar_pair_s;
+    t.tp_backward_input_s += ar_pair_s;
+    t.exchange_backward_s += t.exchange_forward_s;
+    t.cp_bytes *= 1.0 + (plan.execution.cp_comm == CpComm::kP2p ? 1.0 / 3.0 : 0.5);
+    t.ep_bytes *= 1.5;
   } else if (plan.recompute == Recompute::kSelective && plan.execution.selective == SelectiveRecompute::kOps) {
     // Every elementwise op, the K, O and up GEMMs, and the forward's TP collectives but the saved
     // reduce-scatters (with SP: the two all-gathers; without: the two all-reduces) re-run.
-    const double fwd_tp_s = plan.sequence_parallel ? 2 * collective_time_s(Collective::kAllGather, tp_msg, plan.tp, link)
-                                                   : 2 * one_ar_s;
+    const double fwd_tp_s = plan.sequence_parallel ? pair_s(Collective::kAllGather) : ar_pair_s;
     t.backward_input_s += elementwise_s + gt.ops_recompute_s + fwd_tp_s;
     t.tp_comm_s += fwd_tp_s;
     t.tp_backward_input_s += fwd_tp_s;
@@ -115,10 +211,10 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
     // weight gradients need the inputs all-gathered again. Megatron issues these asynchronously
     // beside the dgrad GEMM, but Korthikanti et al. Table 4 shows SP's backward no faster than
     // without SP, i.e. the gathers are not hidden: priced as exposed.
-    const double ag_s = collective_time_s(Collective::kAllGather, tp_msg, plan.tp, link);
-    t.backward_weight_s += 2 * ag_s;
-    t.tp_backward_weight_s = 2 * ag_s;
-    t.tp_comm_s += 2 * ag_s;
+    const double ag_s = pair_s(Collective::kAllGather);
+    t.backward_weight_s += ag_s;
+    t.tp_backward_weight_s = ag_s;
+    t.tp_comm_s += ag_s;
   }
   // Bytes as the step program counts them (one rule for the simulation, the estimate and traces).
   for (OpKind pass : {OpKind::kForward, OpKind::kBackward, OpKind::kWeight}) t.tp_bytes += tp_traffic(m, plan, pass).sent_bytes;
@@ -127,7 +223,8 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
 
 EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
   const GpuSpec& gpu = c.gpu;
-  const double tokens = d(plan.seq_len) * d(plan.micro_batch);
+  const Precision base = base_precision(plan.precision);  // the output layer stays in bf16 under FP8
+  const double tokens = d(plan.seq_len / plan.cp) * d(plan.micro_batch);
   const double rep = plan.sequence_parallel ? d(plan.tp) : 1.0;
   const double ab = activation_element_bytes(plan.precision);
   EdgeTiming e;
@@ -137,7 +234,7 @@ EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& pla
   // Output layer: tokens x (V/t) x h GEMM; the vocab-parallel cross-entropy reads the logits and
   // writes fp32 softmax (forward), then reads it and writes the gradient (backward).
   const Gemm logits{"logits", static_cast<int64_t>(tokens), m.vocab / plan.tp, m.hidden};
-  const double gemm_s = gemm_time_s(gpu, plan.precision, logits);
+  const double gemm_s = gemm_time_s(gpu, base, logits);
   const double logits_elems = tokens * d(m.vocab) / d(plan.tp);
   const double norm_s = memory_time_s(gpu, 4 * tokens * d(m.hidden) * ab / rep);
   e.last_forward_s = gemm_s + norm_s + memory_time_s(gpu, logits_elems * (ab + 4 + 4));
@@ -146,8 +243,9 @@ EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& pla
   return e;
 }
 
-double optimizer_step_s(const ClusterSpec& c, const Plan& plan, double stage_params) {
-  const double local = stage_params / (plan.zero >= 1 ? d(plan.shard_degree()) : 1.0);
+double optimizer_step_s(const ClusterSpec& c, const Plan& plan, const StageParams& stage_params) {
+  const double local = plan.zero >= 1 ? stage_params.dense / d(plan.shard_degree()) + stage_params.expert / d(plan.expert_data_ranks())
+                                      : stage_params.total();
   const ModelStateBytesPerParam bpp = bytes_per_param(plan);
   // fp32 has no master copy to cast from: norm (g), Adam (g + 12 read, 12 written), zero (g).
   // Mixed precision adds the cast to 16-bit weights: read 4 write 2 (bf16 states: a copy, 2 + 2),
@@ -177,39 +275,49 @@ LinkTier group_link(const ClusterSpec& c, const Plan& plan, GroupKind kind) {
 OpCosts::OpCosts(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
     : m_(m), c_(c), p_(plan), layer_(layer_timing(m, c, plan)), edge_(edge_timing(m, c, plan)),
       p2p_(pipeline_transfer(m, c, plan)) {
-  for (int64_t s = 0; s < plan.pp; ++s) layers_.push_back(d(plan.chunk_layers(m.layers, s).count));
-  const RankGrid grid(plan);
-  for (GroupKind k : {GroupKind::kTp, GroupKind::kDp, GroupKind::kPp, GroupKind::kEmbedding, GroupKind::kDpReplica}) {
-    group_size_[static_cast<int>(k)] = grid.group_size(k);
-    link_[static_cast<int>(k)] = group_link(c, plan, k);
+  if (m.dense_layers > 0) dense_layer_ = layer_timing(dense_layer_model(m), c, plan);
+  for (int64_t s = 0; s < plan.pp; ++s) {
+    layers_.push_back(d(plan.chunk_layers(m.layers, s).count));
+    for (int64_t k = 0; k < plan.virtual_stages; ++k) dense_.push_back(d(chunk_dense_layers(m, plan, s, k)));
   }
+  const RankGrid grid(plan);
+  for (int k = 0; k < kGroupKinds; ++k) {
+    group_size_[k] = grid.group_size(static_cast<GroupKind>(k));
+    link_[k] = group_link(c, plan, static_cast<GroupKind>(k));
+  }
+}
+
+// The sum over a chunk's layers of `field` of their timing: its leading dense layers, the rest.
+double OpCosts::over_layers(const ProgramOp& op, int64_t stage, double LayerTiming::*field) const {
+  const double dense = dense_[static_cast<size_t>(stage * p_.virtual_stages + op.chunk)];
+  return (layers_[stage] - dense) * layer_.*field + (dense > 0 ? dense * dense_layer_.*field : 0.0);
 }
 
 double OpCosts::compute_s(const ProgramOp& op, int64_t stage) const {
   const int64_t vs = virtual_stage(stage, op.chunk, p_.pp);
-  const double layers = layers_[stage];
   const bool first = vs == 0, last = vs == p_.pp * p_.virtual_stages - 1, split = splits_weight_gradients(p_.schedule);
+  const double f = over_layers(op, stage, &LayerTiming::forward_s), b = over_layers(op, stage, &LayerTiming::backward_input_s),
+               w = over_layers(op, stage, &LayerTiming::backward_weight_s);
   switch (op.pass) {
     case OpKind::kForward:
-      return layers * layer_.forward_s + (first ? edge_.first_forward_s : 0) + (last ? edge_.last_forward_s : 0) +
+      return f + (first ? edge_.first_forward_s : 0) + (last ? edge_.last_forward_s : 0) +
              p_.execution.microbatch_overhead_us * 1e-6;
     case OpKind::kBackward:
-      return layers * (layer_.backward_input_s + (split ? 0 : layer_.backward_weight_s)) +
-             (first ? edge_.first_backward_s : 0) +
+      return b + (split ? 0 : w) + (first ? edge_.first_backward_s : 0) +
              (last ? edge_.last_backward_input_s + (split ? 0 : edge_.last_backward_weight_s) : 0);
-    case OpKind::kWeight: return layers * layer_.backward_weight_s + (last ? edge_.last_backward_weight_s : 0);
+    case OpKind::kWeight: return w + (last ? edge_.last_backward_weight_s : 0);
   }
   return 0;
 }
 
 double OpCosts::tp_s(const ProgramOp& op, int64_t stage) const {
   if (op.type != ProgramOpType::kCompute) return 0;
-  const double layers = layers_[stage];
   const bool split = splits_weight_gradients(p_.schedule);
+  const double w = over_layers(op, stage, &LayerTiming::tp_backward_weight_s);
   switch (op.pass) {
-    case OpKind::kForward: return layers * layer_.tp_forward_s;
-    case OpKind::kBackward: return layers * (layer_.tp_backward_input_s + (split ? 0 : layer_.tp_backward_weight_s));
-    case OpKind::kWeight: return layers * layer_.tp_backward_weight_s;
+    case OpKind::kForward: return over_layers(op, stage, &LayerTiming::tp_forward_s);
+    case OpKind::kBackward: return over_layers(op, stage, &LayerTiming::tp_backward_input_s) + (split ? 0 : w);
+    case OpKind::kWeight: return w;
   }
   return 0;
 }
@@ -227,7 +335,7 @@ double OpCosts::duration_s(const ProgramOp& op, int64_t stage) const {
     case ProgramOpType::kSend:
     case ProgramOpType::kRecv: return p2p_.time_s;
     case ProgramOpType::kOptimizer:
-      return optimizer_step_s(c_, p_, stage_params_per_gpu(m_, p_, stage)) + p_.execution.step_overhead_us * 1e-6;
+      return optimizer_step_s(c_, p_, stage_param_split(m_, p_, stage)) + p_.execution.step_overhead_us * 1e-6;
     case ProgramOpType::kCollective: break;
   }
   const int g = static_cast<int>(op.group);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "models/model_spec.h"
+#include "program/model_state.h"
 #include "program/plan.h"
 #include "program/step_program.h"
 #include "simulator/cluster_spec.h"
@@ -24,8 +25,18 @@ struct LayerTiming {
   double tp_comm_s = 0;         // the TP collective time inside the three above
   double tp_forward_s = 0, tp_backward_input_s = 0, tp_backward_weight_s = 0;  // its split by pass
   double tp_bytes = 0;          // bytes this GPU sends in TP collectives, forward + backward
+  // CP's KV exchange (its part not hidden under the attention, or Ulysses' all-to-alls) and EP's
+  // token all-to-alls, inside forward_s and backward_input_s; the bytes this GPU sends for them.
+  double exchange_forward_s = 0, exchange_backward_s = 0;
+  double cp_bytes = 0, ep_bytes = 0;
 };
+// Of an MoE layer; of a leading dense layer: layer_timing(dense_layer_model(m), ...).
 LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
+
+// The busiest EP rank's routed tokens over the mean: its experts / ep experts hold the mean load
+// but one, the busiest expert, at execution.moe_imbalance x the mean (capped at the capacity
+// factor, which drops the excess): (E/ep - 1 + imbalance) / (E/ep). 1 for a dense model.
+double expert_load(const ModelSpec& m, const Plan& plan);
 
 // The embedding (first stage) and the output layer with the loss (last stage), one micro-batch.
 struct EdgeTiming {
@@ -49,7 +60,9 @@ P2pCost pipeline_transfer(const ModelSpec& m, const ClusterSpec& c, const Plan& 
 // (write g): 4g + 30 bytes per parameter, g the gradient bytes (2, or 4 with fp32_gradients; fp32:
 // no cast, 3g + 24; bf16 optimizer states: 4g + 16) — at the optimizer efficiency of HBM bandwidth on the GPU, or (offload) on the
 // host plus the PCIe copies of gradients down and weights up.
-double optimizer_step_s(const ClusterSpec& c, const Plan& plan, double stage_params);
+// ZeRO-1 and up shard the dense parameters over shard_degree() and the experts' over the expert
+// data-parallel ranks.
+double optimizer_step_s(const ClusterSpec& c, const Plan& plan, const StageParams& stage_params);
 
 // Where the groups of `kind` lie on the cluster's nodes (the plan's rank layout) and so which
 // link their collectives run at.
@@ -72,15 +85,17 @@ class OpCosts {
 
  private:
   double compute_s(const ProgramOp& op, int64_t stage) const;
+  double over_layers(const ProgramOp& op, int64_t stage, double LayerTiming::*field) const;
 
   const ModelSpec& m_;
   const ClusterSpec& c_;
   const Plan& p_;
-  LayerTiming layer_;
+  LayerTiming layer_, dense_layer_;  // an MoE model's own layers; its leading dense ones
   EdgeTiming edge_;
   P2pCost p2p_;
   std::vector<double> layers_;  // per stage: layers of each chunk
-  int64_t group_size_[kGroupKinds] = {1, 1, 1, 1, 1};  // by GroupKind
+  std::vector<double> dense_;   // per (stage, chunk): its leading dense layers
+  int64_t group_size_[kGroupKinds] = {};  // by GroupKind
   LinkTier link_[kGroupKinds];
 };
 

@@ -57,7 +57,7 @@ int64_t default_global_batch(int64_t seq_len, int64_t gpus) {
 
 Precision parse_precision_or_fail(const std::string& text) {
   if (auto p = parse_precision(text)) return *p;
-  fail("--precision: unknown '" + text + "' (expected fp32|bf16|fp16)");
+  fail("--precision: unknown '" + text + "' (expected fp32|bf16|fp16|fp8)");
 }
 Schedule parse_schedule_or_fail(const std::string& text) {
   if (auto s = parse_schedule(text)) return *s;
@@ -75,6 +75,11 @@ void add_execution_flags(CLI::App& app, ExecutionFlags& f) {
   app.add_flag("--compile", f.compile, "torch.compile: elementwise kernels fused (fsdp, torchtitan)");
   app.add_flag("--overlap-grad-reduce", f.overlap_grad_reduce, "overlap DP gradient reduction with backward");
   app.add_flag("--fp32-gradients", f.fp32_gradients, "bf16/fp16: accumulate and DP-reduce gradients in fp32");
+  app.add_option("--cp-comm", f.cp_comm, "context parallelism's attention: p2p (ring, default) | a2a (Ulysses)");
+  app.add_option("--moe-imbalance", f.moe_imbalance, "MoE: the busiest expert's tokens over the mean (default 1)");
+  app.add_option("--moe-capacity-factor", f.moe_capacity_factor, "MoE: tokens an expert takes, x the mean (0: dropless)");
+  app.add_option("--fp8-recipe", f.fp8_recipe, "FP8 scaling: delayed (default) | current");
+  app.add_flag("--fp8-param-gather", f.fp8_param_gather, "FP8: weights kept and all-gathered in FP8");
 }
 
 Execution execution_or_fail(const ExecutionFlags& f) {
@@ -83,6 +88,23 @@ Execution execution_or_fail(const ExecutionFlags& f) {
   if (f.compile) e.kernels = KernelFusion::kFused;
   if (f.overlap_grad_reduce) e.overlap_grad_reduce = true;
   if (f.fp32_gradients) e.fp32_gradients = true;
+  if (!f.cp_comm.empty()) {
+    if (f.cp_comm != "p2p" && f.cp_comm != "a2a") fail("--cp-comm: unknown '" + f.cp_comm + "' (expected p2p|a2a)");
+    e.cp_comm = f.cp_comm == "a2a" ? CpComm::kAllToAll : CpComm::kP2p;
+  }
+  if (f.moe_imbalance != 0) {
+    if (!(f.moe_imbalance >= 1 && f.moe_imbalance <= 1e3)) fail("--moe-imbalance must be between 1 (balanced) and 1000");
+    e.moe_imbalance = f.moe_imbalance;
+  }
+  if (f.moe_capacity_factor != -1) {
+    if (!(f.moe_capacity_factor >= 0 && f.moe_capacity_factor <= 1e3)) fail("--moe-capacity-factor must be between 0 (dropless) and 1000");
+    e.moe_capacity_factor = f.moe_capacity_factor;
+  }
+  if (!f.fp8_recipe.empty()) {
+    if (f.fp8_recipe != "delayed" && f.fp8_recipe != "current") fail("--fp8-recipe: unknown '" + f.fp8_recipe + "' (expected delayed|current)");
+    e.fp8_recipe = f.fp8_recipe == "current" ? Fp8Recipe::kCurrent : Fp8Recipe::kDelayed;
+  }
+  if (f.fp8_param_gather) e.fp8_param_gather = true;
   return e;
 }
 

@@ -43,8 +43,9 @@ void require_format(const std::string& format, const std::vector<std::string>& a
 // The execution flags simulate and planner share: --framework NAME (a profile, framework.h),
 // --compile (torch.compile: fused kernels), --overlap-grad-reduce, --fp32-gradients.
 struct ExecutionFlags {
-  std::string framework;
-  bool compile = false, overlap_grad_reduce = false, fp32_gradients = false;
+  std::string framework, cp_comm, fp8_recipe;
+  bool compile = false, overlap_grad_reduce = false, fp32_gradients = false, fp8_param_gather = false;
+  double moe_imbalance = 0, moe_capacity_factor = -1;  // unset: the profile's
 };
 void add_execution_flags(CLI::App& app, ExecutionFlags& f);
 // The profile's settings (Parallax's defaults without --framework) with the flags given applied.

@@ -16,7 +16,7 @@ constexpr double kGiB = 1073741824.0;
 
 struct Options {
   std::string model, cluster = "dgx-h100", format = "table", emit, precision = "bf16", runtime, schedules;
-  int64_t gpus = 0, global_batch = 0, seq_len = 0, top = 10, rank = 1, tp = 0, pp = 0, dp = 0, zero = -1;
+  int64_t gpus = 0, global_batch = 0, seq_len = 0, top = 10, rank = 1, tp = 0, pp = 0, dp = 0, cp = 0, ep = 0, zero = -1;
   double max_memory_fraction = 1.0;
   bool no_offload = false;
   int threads = 0;
@@ -31,12 +31,13 @@ std::string schedule_cell(const Plan& p) {
 std::vector<std::string> row(size_t rank, const RankedPlan& r, const ClusterSpec& c) {
   const Plan& p = r.plan;
   const StepReport& e = r.report;
-  const double comm_gb = (e.comm_bytes_per_gpu.tp + e.comm_bytes_per_gpu.pp + e.comm_bytes_per_gpu.dp) / 1e9;
+  const CommBytes& b = e.comm_bytes_per_gpu;
+  const double comm_gb = (b.tp + b.pp + b.dp + b.cp + b.ep) / 1e9;
   // Uneven stages show their first and last stage's layers: "16 (7..7)".
   const std::string pp = std::to_string(p.pp) + (p.uneven() ? " (" + std::to_string(p.first_stage_layers) + ".." +
                                                                     std::to_string(p.last_stage_layers) + ")"
                                                               : "");
-  return {std::to_string(rank), std::to_string(p.tp), pp, std::to_string(p.dp),
+  return {std::to_string(rank), std::to_string(p.tp), std::to_string(p.cp), pp, std::to_string(p.dp), std::to_string(p.ep),
           std::to_string(p.zero) + (p.offload ? "+off" : ""), std::to_string(p.micro_batch), schedule_cell(p),
           recompute_name(p.recompute), p.sequence_parallel ? "yes" : "no", cli::fixed(e.step_time_s, 3),
           cli::fixed(e.tokens_per_s, 0), cli::fixed(100 * e.mfu, 1), cli::fixed(e.peak_memory_bytes / kGiB, 1),
@@ -45,7 +46,7 @@ std::vector<std::string> row(size_t rank, const RankedPlan& r, const ClusterSpec
           cli::fixed(comm_gb, 1)};
 }
 
-const std::vector<std::string> kHeader = {"rank", "TP", "PP", "DP", "ZeRO", "mb", "schedule", "recompute", "SP",
+const std::vector<std::string> kHeader = {"rank", "TP", "CP", "PP", "DP", "EP", "ZeRO", "mb", "schedule", "recompute", "SP",
                                           "step_s", "tokens/s", "MFU%", "mem_GiB", "HBM%", "free_GiB", "bubble%", "comm_GB"};
 
 nlohmann::json rejections_json(const SearchResult& r) {
@@ -78,8 +79,9 @@ void emit(const Options& o, const ModelSpec& m, const SearchResult& r) {
     std::cout << plan_to_json(p).dump(2) << "\n";
   } else if (o.emit == "megatron") {
     const std::string args = cli::value_or_fail(megatron_arguments(m, p));
-    std::cerr << "planner: Megatron-LM arguments for " << p.gpus() << " GPUs = TP " << p.tp << " x PP " << p.pp
-              << " x DP " << p.dp << " (DP follows from the world size)\n";
+    std::cerr << "planner: Megatron-LM arguments for " << p.gpus() << " GPUs = TP " << p.tp
+              << (p.cp > 1 ? " x CP " + std::to_string(p.cp) : "") << " x PP " << p.pp << " x DP " << p.dp
+              << (p.ep > 1 ? " (EP " + std::to_string(p.ep) + " within CP x DP)" : "") << " (DP follows from the world size)\n";
     std::cout << args;
   } else if (o.emit == "deepspeed") {
     std::cout << cli::value_or_fail(deepspeed_config(p)).dump(2) << "\n";
@@ -154,7 +156,7 @@ int run(int argc, char** argv) {
   app.add_option("--format", o.format, "table|json|csv")->capture_default_str();
   app.add_option("--emit", o.emit, "print plan --rank as plan|megatron|deepspeed");
   app.add_option("--rank", o.rank, "which ranked plan --emit prints (1 = best)")->capture_default_str();
-  app.add_option("--precision", o.precision, "bf16|fp16|fp32")->capture_default_str();
+  app.add_option("--precision", o.precision, "bf16|fp16|fp32|fp8 (FP8 GEMMs, Transformer Engine)")->capture_default_str();
   app.add_option("--threads", o.threads, "search threads (default: all cores)");
   cli::add_execution_flags(app, o.execution);
   app.add_option("--runtime", o.runtime, "only plans Parallax's own trainer runs: cpu (MPI ranks) | cuda");
@@ -165,6 +167,8 @@ int run(int argc, char** argv) {
   app.add_option("--tp", o.tp, "only this tensor-parallel degree");
   app.add_option("--pp", o.pp, "only this pipeline-parallel degree");
   app.add_option("--dp", o.dp, "only this data-parallel degree");
+  app.add_option("--cp", o.cp, "only this context-parallel degree");
+  app.add_option("--ep", o.ep, "only this expert-parallel degree (MoE)");
   app.add_option("--zero", o.zero, "only this ZeRO stage");
   cli::parse(app, argc, argv);
   cli::require_format(o.format, {"table", "json", "csv"});
@@ -190,8 +194,9 @@ int run(int argc, char** argv) {
   so.runtime = o.runtime;
   so.max_memory_fraction = o.max_memory_fraction;
   so.allow_offload = !o.no_offload;
-  so.fixed_tp = o.tp, so.fixed_pp = o.pp, so.fixed_dp = o.dp, so.fixed_zero = static_cast<int>(o.zero);
-  for (const auto& [flag, value] : {std::pair{"--tp", o.tp}, {"--pp", o.pp}, {"--dp", o.dp}})
+  so.fixed_tp = o.tp, so.fixed_pp = o.pp, so.fixed_dp = o.dp, so.fixed_cp = o.cp, so.fixed_ep = o.ep;
+  so.fixed_zero = static_cast<int>(o.zero);
+  for (const auto& [flag, value] : {std::pair{"--tp", o.tp}, {"--pp", o.pp}, {"--dp", o.dp}, {"--cp", o.cp}, {"--ep", o.ep}})
     if (app.count(flag) && value < 1) cli::fail(std::string(flag) + " must be >= 1, got " + std::to_string(value));
   if (app.count("--zero") && (o.zero < 0 || o.zero > 3)) cli::fail("--zero must be 0, 1, 2 or 3, got " + std::to_string(o.zero));
   std::stringstream names(o.schedules);

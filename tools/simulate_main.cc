@@ -20,7 +20,7 @@ constexpr double kGiB = 1073741824.0;
 struct Options {
   std::string model, cluster = "dgx-h100", plan_file, format = "table", trace, svg, engine = "event";
   std::string schedule = "1f1b", recompute = "none", precision = "bf16";
-  int64_t tp = 1, pp = 1, dp = 1, zero = 0, micro_batch = 1, global_batch = 0, virtual_stages = 1, seq_len = 0;
+  int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, zero = 0, micro_batch = 1, global_batch = 0, virtual_stages = 1, seq_len = 0;
   bool sequence_parallel = false, offload = false, tp_across_nodes = false;
   cli::ExecutionFlags execution;
 };
@@ -28,7 +28,7 @@ struct Options {
 Plan plan_from_flags(const Options& o, const CLI::App& app, const ModelSpec& m, nlohmann::json& defaults) {
   for (const char* flag : {"--tp", "--pp", "--dp", "--micro-batch"})
     if (!app.count(flag)) cli::fail(std::string(flag) + " is required without --plan");
-  for (const auto& [flag, value] : {std::pair{"--tp", o.tp}, {"--pp", o.pp}, {"--dp", o.dp},
+  for (const auto& [flag, value] : {std::pair{"--tp", o.tp}, {"--pp", o.pp}, {"--dp", o.dp}, {"--cp", o.cp}, {"--ep", o.ep},
                                     {"--micro-batch", o.micro_batch}, {"--virtual-stages", o.virtual_stages}})
     if (value < 1) cli::fail(std::string(flag) + " must be >= 1, got " + std::to_string(value));
   if (o.zero < 0 || o.zero > 3) cli::fail("--zero must be 0, 1, 2 or 3, got " + std::to_string(o.zero));
@@ -36,6 +36,8 @@ Plan plan_from_flags(const Options& o, const CLI::App& app, const ModelSpec& m, 
   p.tp = o.tp;
   p.pp = o.pp;
   p.dp = o.dp;
+  p.cp = o.cp;
+  p.ep = o.ep;
   p.zero = static_cast<int>(o.zero);
   p.micro_batch = o.micro_batch;
   p.seq_len = o.seq_len;
@@ -47,7 +49,7 @@ Plan plan_from_flags(const Options& o, const CLI::App& app, const ModelSpec& m, 
   }
   p.global_batch = o.global_batch;
   if (!app.count("--global-batch")) {
-    p.global_batch = cli::default_global_batch(p.seq_len, p.tp * p.pp * p.dp);
+    p.global_batch = cli::default_global_batch(p.seq_len, p.gpus());
     defaults["global_batch"] = p.global_batch;
   } else if (o.global_batch < 1) {
     cli::fail("--global-batch must be >= 1");
@@ -96,8 +98,11 @@ void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const 
       {"  activations / buffers / margin", gib(e.memory.activations) + " / " + gib(e.memory.buffers) + " / " + gib(e.memory.margin)},
  {"bytes per GPU over NVLink / network", cli::fixed(e.tier_bytes_per_gpu.nvlink / 1e9, 2) + " / " + cli::fixed(e.tier_bytes_per_gpu.network / 1e9, 2) + " GB"},
       {"comm per GPU tp / pp / dp", cli::fixed(e.comm_bytes_per_gpu.tp / 1e9, 2) + " / " + cli::fixed(e.comm_bytes_per_gpu.pp / 1e9, 2) + " / " + cli::fixed(e.comm_bytes_per_gpu.dp / 1e9, 2) + " GB"}};
+  if (p.cp > 1 || p.ep > 1)
+    rows.push_back({"comm per GPU cp / ep", cli::fixed(e.comm_bytes_per_gpu.cp / 1e9, 2) + " / " + cli::fixed(e.comm_bytes_per_gpu.ep / 1e9, 2) + " GB"});
   std::cout << "model " << m.name << " on " << p.gpus() << " x " << c.gpu.name << " (" << c.name << "): TP "
-            << p.tp << " PP " << p.pp << " DP " << p.dp << " ZeRO " << p.zero << ", micro-batch " << p.micro_batch
+            << p.tp << (p.cp > 1 ? " CP " + std::to_string(p.cp) : "") << " PP " << p.pp << " DP " << p.dp
+            << (p.ep > 1 ? " EP " + std::to_string(p.ep) : "") << " ZeRO " << p.zero << ", micro-batch " << p.micro_batch
             << " x " << p.micro_batches() << ", " << schedule_name(p.schedule)
             << (p.schedule == Schedule::kInterleaved ? " v=" + std::to_string(p.virtual_stages) : "")
             << ", recompute " << recompute_name(p.recompute) << (p.sequence_parallel ? ", SP" : "")
@@ -145,6 +150,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--tp", o.tp, "tensor-parallel degree");
   app.add_option("--pp", o.pp, "pipeline-parallel degree");
   app.add_option("--dp", o.dp, "data-parallel degree");
+  app.add_option("--cp", o.cp, "context-parallel degree (each sequence split over cp GPUs)")->capture_default_str();
+  app.add_option("--ep", o.ep, "expert-parallel degree (MoE experts split over ep of the cp x dp GPUs)")->capture_default_str();
   app.add_option("--zero", o.zero, "ZeRO stage 0-3")->capture_default_str();
   app.add_option("--micro-batch", o.micro_batch, "sequences per micro-batch");
   app.add_option("--global-batch", o.global_batch, "sequences per step (default: ~4M tokens)");
@@ -156,7 +163,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_flag("--tp-across-nodes", o.tp_across_nodes, "allow a TP group to span nodes");
   cli::add_execution_flags(app, o.execution);
   app.add_option("--seq-len", o.seq_len, "sequence length (default: min(max positions, 4096))");
-  app.add_option("--precision", o.precision, "bf16|fp16|fp32")->capture_default_str();
+  app.add_option("--precision", o.precision, "bf16|fp16|fp32|fp8 (FP8 GEMMs, Transformer Engine)")->capture_default_str();
   app.add_option("--trace", o.trace, "write the step as a Chrome / Perfetto trace (event engine)");
   app.add_option("--svg", o.svg, "draw the step as an SVG pipeline chart (event engine)");
   app.add_option("--format", o.format, "table|json")->capture_default_str();
@@ -180,12 +187,13 @@ int run(int argc, char** argv) {
   const ClusterSpec c = cli::load_cluster_or_fail(o.cluster);
   nlohmann::json defaults = nlohmann::json::object();
   if (!o.plan_file.empty())
-    for (const char* flag : {"--tp", "--pp", "--dp", "--zero", "--micro-batch", "--global-batch", "--schedule",
+    for (const char* flag : {"--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--micro-batch", "--global-batch", "--schedule",
                              "--virtual-stages", "--recompute", "--sequence-parallel", "--seq-len", "--precision",
                              "--offload", "--tp-across-nodes", "--overlap-grad-reduce", "--fp32-gradients", "--compile"})
       if (app.count(flag)) cli::fail(std::string(flag) + " cannot be combined with --plan (edit the plan file)");
   Plan plan = o.plan_file.empty() ? plan_from_flags(o, app, m, defaults) : load_plan_or_fail(o.plan_file, o.execution.framework);
   if (Status s = check_plan(plan, m, c.node.gpus); !s.ok()) cli::fail(s.error());
+  if (std::string why = gpu_refusal(c, plan.precision); !why.empty()) cli::fail(why);
   if (c.max_nodes > 0 && plan.gpus() > c.max_nodes * c.node.gpus)
     cli::fail("plan needs " + std::to_string(plan.gpus()) + " GPUs; cluster '" + c.name + "' has " +
               std::to_string(c.max_nodes * c.node.gpus));

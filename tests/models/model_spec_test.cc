@@ -179,7 +179,7 @@ TEST(ModelSpec, ErrorsNameTheKey) {
   EXPECT_EQ(error(R"({"model_type":"gpt2","n_embd":-8,"n_layer":1,"n_head":1,"vocab_size":1,"n_positions":1})"),
             "x.json: key 'n_embd': must be >= 1, got -8");
   EXPECT_EQ(error(R"({"model_type":"bert"})"),
-            "x.json: key 'model_type': unsupported 'bert' (supported: gpt2, llama, mistral, mixtral, qwen2, nemotron, qwen3, olmo2, olmo, gemma, gemma2, gemma3_text, phi3, internlm2, granite, minicpm, cohere, stablelm, gpt_neox, starcoder2)");
+            "x.json: key 'model_type': unsupported 'bert' (supported: gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, nemotron, qwen3, olmo2, olmo, gemma, gemma2, gemma3_text, phi3, internlm2, granite, minicpm, cohere, stablelm, gpt_neox, starcoder2)");
   EXPECT_EQ(error(R"({"hidden_size":8})"), "x.json: key 'model_type': missing (and no known entry in 'architectures')");
   EXPECT_EQ(error(R"({"model_type":"llama","hidden_size":64,"intermediate_size":1,"num_hidden_layers":1,
                      "num_attention_heads":8,"num_key_value_heads":3,"vocab_size":1,"max_position_embeddings":1})"),

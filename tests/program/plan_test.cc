@@ -172,7 +172,7 @@ TEST(Plan, JsonErrorsNameTheKey) {
   EXPECT_EQ(error({{"zero", 4}}), "p.json: key 'zero': must be 0, 1, 2 or 3, got 4");
   EXPECT_EQ(error({{"micro_batch", "2"}}), "p.json: key 'micro_batch': expected an integer, got \"2\"");
   EXPECT_EQ(error({{"precision", "int8"}}),
-            "p.json: key 'precision': unknown value 'int8' (expected fp32|bf16|fp16)");
+            "p.json: key 'precision': unknown value 'int8' (expected fp32|bf16|fp16|fp8)");
   EXPECT_EQ(error({{"zero", 4294967296}}), "p.json: key 'zero': must be 0, 1, 2 or 3, got 4294967296");
   EXPECT_EQ(error({{"execution", {{"dp_bucket_mib", 1e300}}}}), "p.json: execution: key 'dp_bucket_mib': must be <= 1e6");
   EXPECT_EQ(error({{"execution", {{"attention", "paged"}}}}),

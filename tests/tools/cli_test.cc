@@ -298,7 +298,7 @@ TEST(Simulate, BadInputs) {
                    "--zero must be 0, 1, 2 or 3, got 5");
   // Absurd sizes are refused before any product can overflow.
   expect_bad_input(run("simulate", "--model 13b --tp 8 --pp 16000000 --dp 16000000 --micro-batch 1"),
-                   "invalid plan: tp x pp x dp is above the supported 10^8 GPUs");
+                   "invalid plan: tp x cp x pp x dp is above the supported 10^8 GPUs");
   expect_bad_input(run("planner", "--model 13b --gpus 1000000000"), "--gpus 1000000000 is above the supported 10^8");
 }
 
