@@ -33,7 +33,9 @@ nlohmann::json evaluation_to_json(const ModelSpec& m, const Plan& plan, const St
   j["bubble_fraction"] = e.bubble_fraction;
   j["comm_bytes_per_gpu"] = {{"tp", whole_bytes(e.comm_bytes_per_gpu.tp)},
                              {"pp", whole_bytes(e.comm_bytes_per_gpu.pp)},
-                             {"dp", whole_bytes(e.comm_bytes_per_gpu.dp)}};
+                             {"dp", whole_bytes(e.comm_bytes_per_gpu.dp)},
+                             {"cp", whole_bytes(e.comm_bytes_per_gpu.cp)},
+                             {"ep", whole_bytes(e.comm_bytes_per_gpu.ep)}};
   j["bytes_per_gpu_by_tier"] = {{"nvlink", whole_bytes(e.tier_bytes_per_gpu.nvlink)},
                                 {"network", whole_bytes(e.tier_bytes_per_gpu.network)}};
   return j;
@@ -51,11 +53,12 @@ void model_arguments(const ModelSpec& m, std::vector<std::string>& a) {
   arg("--max-position-embeddings", m.max_positions);
   arg("--num-layers", m.layers);
   arg("--hidden-size", m.hidden);
-  arg("--ffn-hidden-size", m.ffn_hidden);
+  // An MoE model's dense FFN (its leading dense layers' width) and its experts' own width.
+  arg("--ffn-hidden-size", m.dense_layers > 0 ? m.dense_ffn_hidden : m.ffn_hidden);
   arg("--num-attention-heads", m.heads);
   // Megatron pads it to a multiple of 128 x TP; a real tokenizer's own size takes precedence.
   arg("--vocab-size", m.vocab);
-  if (m.head_dim * m.heads != m.hidden) arg("--kv-channels", m.head_dim);
+  if (m.head_dim * m.heads != m.hidden && !m.is_mla()) arg("--kv-channels", m.head_dim);
   if (m.kv_heads != m.heads) {
     a.push_back("--group-query-attention");
     arg("--num-query-groups", m.kv_heads);
@@ -63,6 +66,21 @@ void model_arguments(const ModelSpec& m, std::vector<std::string>& a) {
   if (m.is_moe()) {
     arg("--num-experts", m.experts);
     arg("--moe-router-topk", m.experts_per_token);
+    arg("--moe-ffn-hidden-size", m.ffn_hidden);
+    if (m.shared_ffn_hidden > 0) arg("--moe-shared-expert-intermediate-size", m.shared_ffn_hidden);
+    // Leading dense layers: a Python list Megatron evaluates, one entry per layer.
+    if (m.dense_layers > 0)
+      arg("--moe-layer-freq", "([0]*" + std::to_string(m.dense_layers) + "+[1]*" + std::to_string(m.layers - m.dense_layers) + ")");
+    arg("--moe-token-dispatcher-type", "alltoall");  // the all-to-all the plan prices
+    a.push_back("--moe-grouped-gemm");               // the experts as one grouped GEMM, as priced
+  }
+  if (m.is_mla()) {
+    a.push_back("--multi-latent-attention");
+    if (m.q_lora_rank > 0) arg("--q-lora-rank", m.q_lora_rank);
+    arg("--kv-lora-rank", m.kv_lora_rank);  // stated: the command line's default (32) is not the model's
+    arg("--qk-head-dim", m.head_dim - m.qk_rope_dim);
+    arg("--qk-pos-emb-head-dim", m.qk_rope_dim);
+    arg("--v-head-dim", m.v_head_dim);
   }
   if (m.mlp == Mlp::kSwiGlu) a.push_back("--swiglu");
   if (m.mlp == Mlp::kSquaredRelu) a.push_back("--squared-relu");
@@ -70,7 +88,7 @@ void model_arguments(const ModelSpec& m, std::vector<std::string>& a) {
   if (m.model_type == "nemotron") a.push_back("--apply-layernorm-1p");
   arg("--position-embedding-type", m.positions == Positions::kRotary ? "rope" : "learned_absolute");
   if (m.positions == Positions::kRotary) {
-    if (m.rotary_dims != m.head_dim) arg("--rotary-percent", static_cast<double>(m.rotary_dims) / static_cast<double>(m.head_dim));
+    if (m.rotary_dims != m.head_dim && !m.is_mla()) arg("--rotary-percent", static_cast<double>(m.rotary_dims) / static_cast<double>(m.head_dim));
     if (m.rope_theta != 10000.0) arg("--rotary-base", m.rope_theta);
   }
   if (!m.tied_embeddings) a.push_back("--untie-embeddings-and-output-weights");
@@ -102,6 +120,15 @@ Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
   };
   arg("--tensor-model-parallel-size", p.tp);
   arg("--pipeline-model-parallel-size", p.pp);
+  if (p.cp > 1) {
+    arg("--context-parallel-size", p.cp);
+    arg("--cp-comm-type", p.execution.cp_comm == CpComm::kAllToAll ? "a2a" : "p2p");
+  }
+  if (m.is_moe()) {
+    arg("--expert-model-parallel-size", p.ep);
+    arg("--expert-tensor-parallel-size", p.tp);  // experts split over TP as the plan prices them
+    if (p.execution.moe_capacity_factor > 0) arg("--moe-expert-capacity-factor", p.execution.moe_capacity_factor);
+  }
   if (p.schedule == Schedule::kInterleaved)
     arg("--num-layers-per-virtual-pipeline-stage", p.chunk_layers(m.layers, 0).count);
   if (p.first_stage_layers > 0) arg("--decoder-first-pipeline-num-layers", p.first_stage_layers);
@@ -111,12 +138,24 @@ Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
   arg("--global-batch-size", p.global_batch);
   arg("--seq-length", p.seq_len);
   model_arguments(m, a);
-  if (p.precision == Precision::kBf16) a.push_back("--bf16");
+  const bool bf16 = p.precision == Precision::kBf16 || p.precision == Precision::kFp8;  // FP8 runs on a bf16 model
+  if (bf16) a.push_back("--bf16");
   if (p.precision == Precision::kFp16) a.push_back("--fp16");
+  if (p.precision == Precision::kFp8) {
+    // E4M3 forward, E5M2 gradients; current scaling is Megatron's tensorwise recipe. Delayed
+    // scaling states Transformer Engine's own amax history, not Megatron's default of 1.
+    arg("--fp8-format", "hybrid");
+    arg("--fp8-recipe", p.execution.fp8_recipe == Fp8Recipe::kCurrent ? "tensorwise" : "delayed");
+    if (p.execution.fp8_recipe == Fp8Recipe::kDelayed) {
+      arg("--fp8-amax-history-len", 1024);
+      arg("--fp8-amax-compute-algo", "max");
+    }
+    if (p.execution.fp8_param_gather) a.push_back("--fp8-param-gather");
+  }
   if (p.zero == 1) a.push_back("--use-distributed-optimizer");
   // Hybrid sharding: Megatron-Core's distributed optimizer sharded within each of N instances and
   // all-reduced across them.
-  if (p.hybrid_sharding()) arg("--num-distributed-optimizer-instances", p.dp / p.shard_degree());
+  if (p.hybrid_sharding()) arg("--num-distributed-optimizer-instances", p.data_ranks() / p.shard_degree());
   if (p.offload) {
     a.push_back("--optimizer-cpu-offload");
     a.push_back("--use-precision-aware-optimizer");  // validate_args requires it with the offload
@@ -133,8 +172,7 @@ Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
   if (p.execution.overlap_param_gather && p.zero == 1) a.push_back("--overlap-param-gather");
   // Megatron-LM accumulates and reduces bf16 gradients in fp32 unless told otherwise: say which
   // one was priced, so the run uses the memory the plan was priced with.
-  if (p.precision == Precision::kBf16)
-    a.push_back(p.execution.fp32_gradients ? "--accumulate-allreduce-grads-in-fp32" : "--grad-reduce-in-bf16");
+  if (bf16) a.push_back(p.execution.fp32_gradients ? "--accumulate-allreduce-grads-in-fp32" : "--grad-reduce-in-bf16");
   else if (p.execution.fp32_gradients && p.precision == Precision::kFp16)
     a.push_back("--accumulate-allreduce-grads-in-fp32");
 
@@ -154,6 +192,12 @@ std::vector<std::string> deepspeed_notes(const Plan& p) {
                     std::to_string(p.tp) + " TP ranks as data-parallel in its train_batch_size check");
   if (p.recompute == Recompute::kFull && p.pp == 1)
     notes.push_back("DeepSpeed recomputes only the layers the model wraps in deepspeed.checkpointing.checkpoint");
+  if (p.ep > 1)
+    notes.push_back("expert_parallel (AutoEP) needs DeepSpeed >= 0.19.2 and a Hugging Face MoE model it supports; "
+                    "otherwise build the layers as deepspeed.moe.layer.MoE(ep_size=" + std::to_string(p.ep) + ")");
+  if (p.cp > 1)
+    notes.push_back("sequence_parallel_size only sizes DeepSpeed's mesh: wrap the attention in code "
+                    "(UlyssesSPAttentionHF.register_with_transformers) and pass its mpu to deepspeed.initialize");
   return notes;
 }
 
@@ -169,6 +213,10 @@ Result<nlohmann::json> deepspeed_config(const Plan& p) {
                  "PipelineModule partition_method is set in the model code)"};
   if (p.recompute == Recompute::kSelective)
     return Error{"--emit deepspeed: selective recompute has no DeepSpeed setting (use none or full)"};
+  if (p.cp > 1 && p.execution.cp_comm != CpComm::kAllToAll)
+    return Error{"--emit deepspeed: DeepSpeed's context parallelism is Ulysses (cp_comm a2a), not a p2p ring"};
+  if (p.precision == Precision::kFp8)
+    return Error{"--emit deepspeed: DeepSpeed's config has no FP8 training setting (Transformer Engine is set up in the model code)"};
   nlohmann::json j;
   j["train_batch_size"] = p.global_batch;
   j["train_micro_batch_size_per_gpu"] = p.micro_batch;
@@ -199,6 +247,8 @@ Result<nlohmann::json> deepspeed_config(const Plan& p) {
   }
   j["zero_optimization"] = zero;
   if (p.tp > 1) j["tensor_parallel"] = {{"autotp_size", p.tp}};
+  if (p.ep > 1) j["expert_parallel"] = {{"enabled", true}, {"autoep_size", p.ep}};
+  if (p.cp > 1) j["sequence_parallel_size"] = p.cp;
   // The stage count and partition are PipelineModule arguments (num_stages, partition_method),
   // not config keys DeepSpeed reads; deepspeed_notes() says so.
   if (p.pp > 1) j["pipeline"] = {{"activation_checkpoint_interval", p.recompute == Recompute::kFull ? 1 : 0}};

@@ -120,8 +120,10 @@ std::string megatron_refusal(const std::string& name, const Plan& p, const Model
   if (p.offload && p.zero != 1) return name + " offloads the optimizer only with the distributed optimizer (zero 1)";
   if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
     return name + "'s selective recompute re-runs the attention core only";
-  if (name == "megatron-2022" && (p.zero > 0 || p.offload || p.uneven() || p.hybrid_sharding()))
-    return "megatron-2022 (Korthikanti et al.) has no distributed optimizer, offload, uneven stages or hybrid sharding";
+  if (name == "megatron-2022" && (p.zero > 0 || p.offload || p.uneven() || p.hybrid_sharding() || p.cp > 1 || p.ep > 1 ||
+                                  p.precision == Precision::kFp8))
+    return "megatron-2022 (Korthikanti et al.) has no distributed optimizer, offload, uneven stages, hybrid sharding, "
+           "context or expert parallelism, or FP8";
   return "";
 }
 
@@ -131,6 +133,8 @@ std::string deepspeed_refusal(const Plan& p) {
   if (p.recompute == Recompute::kSelective) return "deepspeed has no selective recompute (none or full)";
   if (p.uneven()) return "deepspeed's pipeline partition is set in the model code, not by first/last stage layers";
   if (p.hybrid_sharding() && p.zero != 3) return "deepspeed shards hybrid (MiCS) only with ZeRO-3";
+  if (p.cp > 1 && p.execution.cp_comm != CpComm::kAllToAll) return "deepspeed's context parallelism is Ulysses (cp_comm a2a)";
+  if (p.precision == Precision::kFp8) return "deepspeed has no FP8 training setting of its own";
   return "";
 }
 
@@ -140,6 +144,7 @@ std::string fsdp_refusal(const Plan& p) {
   if (p.tp > 1 || p.pp > 1) return "fsdp alone has no tensor or pipeline parallelism (tp and pp 1)";
   if (p.zero == 1) return "fsdp shards gradients with the optimizer states (SHARD_GRAD_OP = zero 2), not zero 1";
   if (p.recompute == Recompute::kSelective) return "fsdp checkpoints whole blocks (recompute none or full)";
+  if (p.cp > 1 || p.ep > 1) return "fsdp alone has no context or expert parallelism";
   return "";
 }
 
@@ -150,6 +155,7 @@ std::string torchtitan_refusal(const Plan& p) {
   if (p.tp > 1 && !p.sequence_parallel) return "torchtitan's tensor parallelism shards the norms' sequence too (sequence_parallel)";
   if (p.pp > 1 && p.schedule == Schedule::kZbH1) return "torchtitan has no ZB-H1 schedule (gpipe, 1f1b or interleaved)";
   if (p.offload && p.zero != 3) return "torchtitan offloads only with FSDP2 (zero 3)";
+  if (p.cp > 1 && p.execution.cp_comm != CpComm::kP2p) return "torchtitan's context parallelism is a ring (cp_comm p2p)";
   return "";
 }
 

@@ -20,7 +20,8 @@ TEST(ModelSpec, BundledModelsHaveTheirPublishedParameterCounts) {
       {"gpt2", 124'439'808},           {"llama2-7b", 6'738'415'616},     {"13b", 13'015'864'320},
       {"llama2-13b", 13'015'864'320},  {"llama2-70b", 68'976'648'192},   {"llama3-8b", 8'030'261'248},
       {"llama3-70b", 70'553'706'496},  {"llama3.1-405b", 405'853'388'800}, {"mistral-7b", 7'241'732'096},
-      {"mixtral-8x7b", 46'702'792'704}, {"qwen2-7b", 7'615'616'512}};
+      {"mixtral-8x7b", 46'702'792'704}, {"qwen2-7b", 7'615'616'512}, {"llama3.1-8b", 8'030'261'248},
+      {"deepseek-v2-lite", 15'706'484'224}, {"qwen1.5-moe-a2.7b", 14'315'784'192}};
   for (const auto& [name, params] : expected) EXPECT_EQ(total_params(load(name)), params) << name;
 }
 
@@ -137,6 +138,44 @@ TEST(ModelSpec, TodaysArchitecturesHaveTheirPublishedParameters) {
   const ModelSpec gemma2 = model_from_hf_config(nlohmann::json::parse(cases[2].config), "g").value();
   EXPECT_EQ(gemma2.unpriced.size(), 3u);  // both soft-cappings and the sliding window, named
   EXPECT_EQ(model_from_hf_config(nlohmann::json::parse(cases[12].config), "p").value().rotary_dims, 32);  // 0.25 x 128
+}
+
+// MoE families by hand, each equal to its published count.
+// DeepSeek-V2-Lite (h 2048, 27 layers, 16 heads, V 102400, untied):
+//   MLA: q 2048 x 16 x 192 = 6,291,456; kv down 2048 x (512 + 64) = 1,179,648; kv norm 512;
+//   kv up 512 x 16 x (128 + 128) = 2,097,152; O 2048 x 2048 = 4,194,304 -> 13,763,072; norms 4,096.
+//   Layer 0, dense: + 3 x 2048 x 10944 = 67,239,936 -> 81,007,104.
+//   MoE layers: + 64 x 3 x 2048 x 1408 = 553,648,128 experts, 3 x 2048 x 2816 = 17,301,504 shared,
+//   64 x 2048 = 131,072 router -> 584,847,872; x 26 = 15,206,044,672.
+//   Embedding and head 2 x 209,715,200, final norm 2,048: 15,706,484,224.
+// Qwen1.5-MoE-A2.7B (h 2048, 24 layers, 60 experts of 1408, shared 5632, V 151936):
+//   4 x 2048^2 + 3 x 2048 (QKV bias) + 4,096 norms + 60 x 3 x 2048 x 1408 + 3 x 2048 x 5632 +
+//   2048 (shared gate) + 60 x 2048 (router) = 570,560,512; x 24 + 2 x 311,164,928 + 2048 =
+//   14,315,784,192.
+// DeepSeek-V3 (671B, without its multi-token-prediction module) and Qwen3-235B-A22B, from their
+// Hugging Face configs.
+TEST(ModelSpec, MixtureOfExpertsFamilies) {
+  const char* v3 = R"({"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+    "moe_intermediate_size": 2048, "num_hidden_layers": 61, "first_k_dense_replace": 3, "num_attention_heads": 128,
+    "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 256, "n_shared_experts": 1,
+    "num_experts_per_tok": 8, "vocab_size": 129280, "max_position_embeddings": 163840, "tie_word_embeddings": false})";
+  EXPECT_EQ(total_params(model_from_hf_config(nlohmann::json::parse(v3), "v3").value()), 671'026'419'200);
+  const char* qwen3 = R"({"model_type": "qwen3_moe", "hidden_size": 4096, "intermediate_size": 12288,
+    "moe_intermediate_size": 1536, "num_hidden_layers": 94, "num_attention_heads": 64, "num_key_value_heads": 4,
+    "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936,
+    "max_position_embeddings": 40960, "tie_word_embeddings": false})";
+  EXPECT_EQ(total_params(model_from_hf_config(nlohmann::json::parse(qwen3), "q3").value()), 235'093'634'560);
+  const ModelSpec lite = load("deepseek-v2-lite");
+  EXPECT_TRUE(lite.is_mla());
+  EXPECT_EQ(lite.head_dim, 192);
+  EXPECT_EQ(lite.v_head_dim, 128);
+  EXPECT_EQ(lite.shared_ffn_hidden, 2816);
+  // Legality of the config: a dense layer among MoE ones is named.
+  EXPECT_FALSE(model_from_hf_config(nlohmann::json::parse(R"({"model_type": "qwen2_moe", "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
+    "max_position_embeddings": 64, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+    "mlp_only_layers": [1]})"), "x").ok());
 }
 
 TEST(ModelSpec, ReadsArchitectureDetails) {

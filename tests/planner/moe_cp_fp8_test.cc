@@ -1,0 +1,293 @@
+// Expert parallelism, context parallelism and FP8 through every unit that prices them: the rank
+// layout, legality, GEMM shapes, exchanges, memory, the step program, the search and the exports.
+// Expected values are derived by hand in the comments.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "planner/export.h"
+#include "planner/memory_model.h"
+#include "planner/search.h"
+#include "planner/simulation.h"
+#include "program/model_state.h"
+#include "program/runtime_support.h"
+#include "simulator/collective_cost.h"
+#include "simulator/compute_cost.h"
+#include "simulator/step_costs.h"
+#include "../simulator/test_cluster.h"
+
+namespace parallax {
+namespace {
+
+ModelSpec load(const std::string& name) { return load_model(name).value(); }
+ClusterSpec round_cluster() { return cluster_from_json(testing_support::round_cluster_json(), "round").value(); }
+
+Plan plan(int64_t tp, int64_t cp, int64_t dp, int64_t ep, int64_t seq_len) {
+  Plan p;
+  p.tp = tp, p.cp = cp, p.dp = dp, p.ep = ep;
+  p.seq_len = seq_len;
+  p.micro_batch = 1;
+  p.global_batch = dp;
+  return p;
+}
+
+// TP 2 x CP 2 x DP 2 x PP 2 with EP 2: rank r sits at tp = r % 2, data index e = (r / 2) % 4
+// (cp = e % 2, dp = e / 2), pp = r / 8. Rank 7: tp 1, e 3 -> cp 1, dp 1, pp 0.
+TEST(RankGrid, ContextAndExpertGroups) {
+  const RankGrid g(2, 2, 2, 0, 2, 2);
+  EXPECT_EQ(g.size(), 16);
+  EXPECT_EQ(g.coords(7), (RankCoords{1, 1, 0, 1}));
+  for (int r = 0; r < 16; ++r) EXPECT_EQ(g.rank(g.coords(r)), r);
+  auto same = [&](GroupKind k, int a, int b) { return g.group(k, a).color == g.group(k, b).color; };
+  // CP: the ranks of one sequence, e in {2, 3} at tp 1: ranks 5 and 7, t apart.
+  EXPECT_TRUE(same(GroupKind::kCp, 5, 7));
+  EXPECT_FALSE(same(GroupKind::kCp, 3, 7));
+  EXPECT_EQ(g.group(GroupKind::kCp, 7).key, 1);
+  EXPECT_EQ(g.stride(GroupKind::kCp), 2);
+  // Dense gradients reduce over all c x d = 4 data ranks: 1, 3, 5, 7.
+  EXPECT_EQ(g.group_size(GroupKind::kDp), 4);
+  EXPECT_TRUE(same(GroupKind::kDp, 1, 7));
+  // EP: consecutive data indices {0, 1} and {2, 3}; the experts' DP joins e 1 and e 3 (ep apart).
+  EXPECT_TRUE(same(GroupKind::kEp, 5, 7));
+  EXPECT_FALSE(same(GroupKind::kEp, 3, 5));
+  EXPECT_TRUE(same(GroupKind::kExpertDp, 3, 7));
+  EXPECT_FALSE(same(GroupKind::kExpertDp, 5, 7));
+  EXPECT_EQ(g.stride(GroupKind::kExpertDp), 4);
+  EXPECT_EQ(g.group_size(GroupKind::kExpertDp), 2);
+  // Pipeline peers are t c d = 8 apart.
+  EXPECT_TRUE(same(GroupKind::kPp, 7, 15));
+}
+
+TEST(Plan, ContextAndExpertLegality) {
+  const ModelSpec llama = load("llama3.1-8b"), mixtral = load("mixtral-8x7b");
+  auto why = [](const Plan& p, const ModelSpec& m) { return violation_key(first_violation(p, m, 8)); };
+  EXPECT_STREQ(why(plan(1, 4, 1, 1, 4100), llama), "cp_needs_seq_len_multiple_of_2cp");  // 4100 % 8 != 0
+  Plan a2a = plan(2, 8, 1, 1, 8192);
+  a2a.execution.cp_comm = CpComm::kAllToAll;  // 8 KV heads over tp x cp = 16
+  EXPECT_STREQ(why(a2a, llama), "cp_a2a_needs_heads_multiple_of_tp_cp");
+  Plan materialized = plan(1, 2, 1, 1, 8192);
+  materialized.execution.attention = AttentionKernel::kMaterialized;
+  EXPECT_STREQ(why(materialized, llama), "cp_needs_flash_attention");
+  EXPECT_STREQ(why(plan(1, 1, 2, 2, 4096), llama), "ep_does_not_divide_experts");    // dense
+  EXPECT_STREQ(why(plan(1, 1, 16, 16, 4096), mixtral), "ep_does_not_divide_experts");  // 8 experts
+  EXPECT_STREQ(why(plan(1, 1, 4, 8, 4096), mixtral), "ep_does_not_divide_cp_dp");
+  EXPECT_STREQ(why(plan(1, 2, 4, 8, 4096), mixtral), "none");  // EP 8 over cp x dp = 8
+  Plan z2 = plan(1, 1, 4, 2, 4096);
+  z2.zero = 2;
+  EXPECT_STREQ(why(z2, mixtral), "ep_with_zero_2_3_or_dp_shard");
+  EXPECT_EQ(plan(2, 4, 3, 1, 8).gpus(), 24);
+  // The keys round-trip through JSON.
+  Plan j = plan(2, 4, 2, 2, 8192);
+  j.precision = Precision::kFp8;
+  j.execution.cp_comm = CpComm::kAllToAll;
+  j.execution.moe_imbalance = 1.5;
+  j.execution.fp8_recipe = Fp8Recipe::kCurrent;
+  const Plan back = plan_from_json(plan_to_json(j), "j").value();
+  EXPECT_EQ(back.cp, 4);
+  EXPECT_EQ(back.ep, 2);
+  EXPECT_EQ(back.precision, Precision::kFp8);
+  EXPECT_EQ(back.execution.cp_comm, CpComm::kAllToAll);
+  EXPECT_EQ(back.execution.moe_imbalance, 1.5);
+  EXPECT_EQ(back.execution.fp8_recipe, Fp8Recipe::kCurrent);
+}
+
+// All-to-all on the round cluster (NVLink 100 GB/s and 1 us; NICs 10 GB/s per GPU and 10 us):
+//  - 4 ranks in a node, 400 MB each: 100 MB to each of 3 peers over NVLink = 1 us + 3 ms.
+//  - 16 ranks over 2 nodes (8 per node), 1.6 GB each: 8 x 100 MB leave through the GPU's NIC
+//    (the tier's 80 GB/s over 8 ranks = 10 GB/s) = 80 ms, beside 7 x 100 MB over NVLink (7 ms):
+//    10 us + 80 ms.
+TEST(Collectives, AllToAllSendsEachPeerItsShare) {
+  const ClusterSpec c = round_cluster();
+  EXPECT_NEAR(collective_time_s(Collective::kAllToAll, 400e6, 4, group_link(c, place_group(4, 1, 8))), 1e-6 + 3e-3, 1e-12);
+  EXPECT_NEAR(collective_time_s(Collective::kAllToAll, 1.6e9, 16, group_link(c, place_group(16, 1, 8))), 10e-6 + 0.08, 1e-12);
+  EXPECT_DOUBLE_EQ(collective_bytes_per_rank(Collective::kAllToAll, 400e6, 4), 300e6);
+}
+
+// Mixtral (8 experts, top-2) with s 4096, b 1, EP 4: each rank holds 2 experts and receives its
+// 4096 tokens x 2 copies = 8192 rows, 4096 per expert. With the busiest expert at 2x the mean the
+// busiest rank holds (2 - 1 + 2) / 2 = 1.5x the mean (6144 per expert); a capacity factor of 1.25
+// caps that expert: (1 + 1.25) / 2 = 1.125x (4608).
+TEST(LayerCost, ExpertGemmsFollowEpAndTheBusiestExpert) {
+  const ModelSpec m = load("mixtral-8x7b");
+  auto fc1 = [&](double load) {
+    for (const Gemm& g : layer_gemms(m, GemmShape{4096, 1, 1, 1, 4, load}))
+      if (std::string(g.name) == "fc1") return g;
+    return Gemm{"none", 0, 0, 0};
+  };
+  EXPECT_EQ(fc1(1.0).m, 4096);
+  EXPECT_EQ(fc1(1.0).batch, 2);
+  EXPECT_EQ(fc1(1.0).n, 2 * 14336);
+  Plan p = plan(1, 1, 4, 4, 4096);
+  p.execution.moe_imbalance = 2.0;
+  EXPECT_DOUBLE_EQ(expert_load(m, p), 1.5);
+  EXPECT_EQ(fc1(expert_load(m, p)).m, 6144);
+  p.execution.moe_capacity_factor = 1.25;
+  EXPECT_DOUBLE_EQ(expert_load(m, p), 1.125);
+  EXPECT_EQ(fc1(expert_load(m, p)).m, 4608);
+}
+
+// MLA (DeepSeek-V2-Lite: 16 heads, Q/K head 128 + 64 = 192, V head 128): QK^T 2 s 16 x 192 and
+// AV 2 s 16 x 128 per token = 10,240 s.
+TEST(LayerCost, LatentAttentionCore) {
+  const ModelSpec m = load("deepseek-v2-lite");
+  EXPECT_DOUBLE_EQ(attention_core_flops_per_token(m, 4096), 10240.0 * 4096);
+  EXPECT_EQ(m.dense_layers, 1);
+  EXPECT_EQ(dense_layer_model(m).ffn_hidden, 10944);
+  EXPECT_FALSE(dense_layer_model(m).is_moe());
+}
+
+// CP keeps s / cp tokens per rank: a quarter of every activation at cp 4. FP8 saves the QKV, O,
+// FC1 and FC2 inputs at 1 byte: Llama-3-8B (h 4096, o 4096, f 14336), flash, per token:
+//   attention 2h + (2q + 2kv + 2v + 2o + 4a) = 8192 + 20608 = 28800 -> 28800 - h - o = 20608;
+//   MLP 2h + 6f = 94208 -> 94208 - h - f = 75776.
+TEST(Activations, ContextParallelAndFp8) {
+  const ModelSpec m = load("llama3-8b");
+  ActivationOptions o{8192, 1, 1, false, Recompute::kNone, AttentionKernel::kFlash};
+  const double one = layer_activation_bytes(m, o).total();
+  o.cp = 4;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, o).total(), one / 4);
+  o.cp = 1;
+  o.fp8 = true;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, o).attention, 8192.0 * 20608);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, o).mlp, 8192.0 * 75776);
+}
+
+// EP token all-to-alls: Mixtral, s 4096, b 1, TP 1, EP 4 inside a node. Each rank's routed copies,
+// 4096 x 2 x 4096 x 2 bytes = 67,108,864, go out in 4 all-to-alls a layer (dispatch and combine,
+// forward and backward), each sending 3/4 of them: 4 x 50,331,648 = 201,326,592 bytes.
+TEST(StepCosts, ExpertAllToAllBytes) {
+  const ModelSpec m = load("mixtral-8x7b");
+  const LayerTiming t = layer_timing(m, round_cluster(), plan(1, 1, 4, 4, 4096));
+  EXPECT_DOUBLE_EQ(t.ep_bytes, 201326592.0);
+  // Each all-to-all: 1 us + 3 x 16,777,216 B / 100 GB/s; two forward.
+  EXPECT_NEAR(t.exchange_forward_s, 2 * (1e-6 + 3 * 16777216.0 / 100e9), 1e-12);
+}
+
+// CP's ring: Llama-3-8B, s 2048, b 1, TP 8, CP 2 — the CP pair is 8 ranks apart, in two nodes, so
+// each step crosses the network: 10 us + K and V of 1024 tokens, 1024 x 2048 x 2 / 8 =
+// 524,288 B, at one NIC's 10 GB/s = 62.43 us. The forward attention is 4 x 2048 x 4096 per token
+// x 1024 tokens / 8, halved by the causal mask = 2.147e9 FLOP at 50 TFLOP/s = 42.95 us, of which
+// one step hides a half (cp 2): exposed 62.43 - 21.47 = 40.95 us.
+TEST(StepCosts, ContextParallelRingExposesWhatAttentionCannotHide) {
+  const ModelSpec m = load("llama3-8b");
+  Plan p = plan(8, 2, 1, 1, 2048);
+  p.sequence_parallel = true;
+  const LayerTiming t = layer_timing(m, round_cluster(), p);
+  const double step = 10e-6 + 524288.0 / 10e9;
+  const double core = 4.0 * 2048 * 4096 * 1024 / 8 * 0.5 / 50e12;
+  EXPECT_NEAR(t.exchange_forward_s, step - core / 2, 1e-12);
+  // Sent: the forward's step (K, V) and the backward's (with dK, dV): 3 x 524,288.
+  EXPECT_DOUBLE_EQ(t.cp_bytes, 3 * 524288.0);
+}
+
+// FP8 GEMMs run at the FP8 peak; a GPU without one refuses the plan.
+TEST(StepCosts, Fp8UsesTheFp8Peak) {
+  nlohmann::json j = testing_support::round_cluster_json();
+  EXPECT_NE(gpu_refusal(round_cluster(), Precision::kFp8), "");
+  j["gpu"]["peak_tflops"]["fp8"] = 200;
+  const ClusterSpec c = cluster_from_json(j, "round").value();
+  EXPECT_EQ(gpu_refusal(c, Precision::kFp8), "");
+  const Gemm g{"fc1", 4096, 4096, 4096};
+  EXPECT_DOUBLE_EQ(gemm_time_s(c.gpu, Precision::kFp8, g), gemm_time_s(c.gpu, Precision::kBf16, g) / 2);
+  // Weights keep FP8 copies (2 + 1 + 1 bytes), or with fp8_param_gather only the FP8 pair.
+  Plan p = plan(1, 1, 1, 1, 4096);
+  p.precision = Precision::kFp8;
+  EXPECT_EQ(bytes_per_param(p).weights, 4);
+  EXPECT_EQ(bytes_per_param(p).gathered, 2);
+  p.execution.fp8_param_gather = true;
+  EXPECT_EQ(bytes_per_param(p).weights, 2);
+  EXPECT_EQ(bytes_per_param(p).gathered, 1);
+}
+
+// Mixtral, DP 4, EP 2, ZeRO-1: each rank holds 4 of the 8 experts; their gradients reduce over the
+// 2 ranks holding the same experts, beside the dense buckets over all 4.
+TEST(StepProgram, ExpertGradientsReduceOverTheirOwnRanks) {
+  const ModelSpec m = load("mixtral-8x7b");
+  Plan p = plan(1, 1, 4, 2, 4096);
+  p.zero = 1;
+  p.global_batch = 4;
+  const StageParams split = stage_param_split(m, p, 0);
+  EXPECT_DOUBLE_EQ(split.expert, 32.0 * 8 * 3 * 4096 * 14336 / 2);
+  const StepProgram prog = build_step_program(m, p);
+  int expert_reductions = 0, expert_gathers = 0;
+  for (const ProgramOp& op : prog.stages[0].ops) {
+    if (op.role == CollectiveRole::kExpertGradients) {
+      ++expert_reductions;
+      EXPECT_EQ(op.group, GroupKind::kExpertDp);
+      EXPECT_DOUBLE_EQ(op.bytes, split.expert * 2);
+      EXPECT_EQ(op_name(op), "reduce-scatter expert-dp chunk=0");
+    }
+    if (op.role == CollectiveRole::kExpertWeights) ++expert_gathers;
+  }
+  EXPECT_EQ(expert_reductions, 1);
+  EXPECT_EQ(expert_gathers, 1);
+  // ZeRO-1 shards the experts' optimizer states over their 2 ranks, the rest over 4.
+  const MemoryBreakdown mem = stage_memory(m, p, 0, 0);
+  EXPECT_DOUBLE_EQ(mem.optimizer, 12 * (split.dense / 4 + split.expert / 2));
+}
+
+// The acceptance: Mixtral-8x7B and DeepSeek-V2-Lite rank plans with EP, a 131,072-token
+// Llama-3.1-8B plan with CP fits and ranks, and FP8 plans price the FP8 peak.
+TEST(Search, RanksExpertAndContextParallelPlans) {
+  const ClusterSpec c = load_cluster("dgx-h100").value();
+  SearchOptions o;
+  o.top_k = 3;
+  o.threads = 2;
+  o.gpus = 64, o.seq_len = 4096, o.global_batch = 512;
+  const SearchResult mixtral = search(load("mixtral-8x7b"), c, o).value();
+  ASSERT_FALSE(mixtral.plans.empty());
+  EXPECT_GT(mixtral.plans[0].plan.ep, 1);
+  o.gpus = 16;
+  const SearchResult lite = search(load("deepseek-v2-lite"), c, o).value();
+  ASSERT_FALSE(lite.plans.empty());
+  EXPECT_GT(lite.plans[0].plan.ep, 1);
+  o.gpus = 64, o.seq_len = 131072, o.global_batch = 32;
+  const SearchResult longctx = search(load("llama3.1-8b"), c, o).value();
+  ASSERT_FALSE(longctx.plans.empty());
+  EXPECT_GT(longctx.plans[0].plan.cp, 1);
+  EXPECT_TRUE(longctx.plans[0].report.fits_in_memory);
+  o.precision = Precision::kFp8;
+  const SearchResult fp8 = search(load("llama3.1-8b"), c, o).value();
+  ASSERT_FALSE(fp8.plans.empty());
+  EXPECT_LT(fp8.plans[0].report.step_time_s, longctx.plans[0].report.step_time_s);
+  EXPECT_FALSE(search(load("llama3.1-8b"), load_cluster("dgx-a100").value(), o).ok());  // no FP8 on A100
+}
+
+TEST(Export, ExpertContextAndFp8Flags) {
+  Plan p = plan(2, 2, 4, 8, 8192);
+  p.sequence_parallel = true;
+  p.zero = 1;
+  p.global_batch = 8;
+  p.precision = Precision::kFp8;
+  const std::string args = megatron_arguments(load("deepseek-v2-lite"), p).value();
+  for (const char* flag : {"--context-parallel-size 2", "--cp-comm-type p2p", "--expert-model-parallel-size 8",
+                           "--expert-tensor-parallel-size 2", "--num-experts 64", "--moe-router-topk 6",
+                           "--moe-ffn-hidden-size 1408", "--ffn-hidden-size 10944",
+                           "--moe-shared-expert-intermediate-size 2816", "--moe-layer-freq ([0]*1+[1]*26)",
+                           "--multi-latent-attention", "--kv-lora-rank 512", "--qk-head-dim 128",
+                           "--qk-pos-emb-head-dim 64", "--v-head-dim 128", "--bf16", "--fp8-format hybrid",
+                           "--fp8-recipe delayed"})
+    EXPECT_NE(args.find(flag), std::string::npos) << flag << " in " << args;
+  EXPECT_EQ(args.find("--rotary-percent"), std::string::npos);
+  // DeepSpeed: EP through AutoEP, Ulysses only, no FP8.
+  Plan ds = plan(1, 2, 4, 2, 8192);
+  ds.execution.cp_comm = CpComm::kAllToAll;
+  const nlohmann::json j = deepspeed_config(ds).value();
+  EXPECT_EQ(j["expert_parallel"]["autoep_size"], 2);
+  EXPECT_EQ(j["sequence_parallel_size"], 2);
+  ds.execution.cp_comm = CpComm::kP2p;
+  EXPECT_FALSE(deepspeed_config(ds).ok());
+}
+
+TEST(RuntimeSupport, RefusesWhatIsNotBuilt) {
+  const ModelSpec llama = load("llama3-8b");
+  Plan p = plan(1, 2, 1, 1, 4096);
+  EXPECT_NE(check_runtime_support(llama, p).error().find("context parallelism"), std::string::npos);
+  p.cp = 1;
+  p.precision = Precision::kFp8;
+  EXPECT_NE(check_runtime_support(llama, p).error().find("fp8"), std::string::npos);
+  EXPECT_NE(check_gpu_support(llama, p, true).error().find("fp8"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace parallax
