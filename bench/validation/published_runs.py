@@ -8,7 +8,7 @@
 #       [--pin EXPECTED.json | --check EXPECTED.json]
 # --check fails (exit 1) when a row's error moves by more than 0.5 points from EXPECTED, a row
 # stops being expressible, or a run that ran is predicted not to fit; --pin rewrites EXPECTED.
-import argparse, collections, json, os, subprocess, sys, tempfile
+import argparse, collections, json, os, re, subprocess, sys, tempfile
 
 def framework(r):
     f = r['framework']
@@ -26,7 +26,8 @@ def cluster(r):
 
 def plan(r):
     z = str(r['zero_or_fsdp'])
-    zero = int(z[0]) if z[0].isdigit() else 3
+    # Megatron-Core's distributed optimizer is zero 1; Megatron-FSDP (and FSDP) shard everything.
+    zero = int(z[0]) if z[0].isdigit() else 1 if 'distributed optimizer' in z else 3
     shard = 8 if z.startswith('hybrid') else 0  # HSDP: "ZeRO-3 within a node (8 GPUs), replicated across nodes"
     rc = str(r['recompute']).split()[0]
     if rc not in ('none', 'selective', 'full'): rc = 'none'
@@ -34,17 +35,28 @@ def plan(r):
     name, compiled = framework(r)
     execution = {'framework': name}
     if compiled: execution['kernels'] = 'fused'
-    if name == 'nemo':  # dgxc v24.11.1 recipe yamls: optim.bucket_cap_mb
-        execution['dp_bucket_mib'] = 100 if '15B' in r['model_name'] else 50 if '340B' in r['model_name'] else 220
-    if name == 'nemo' and 'Nemotron-4 15B' not in r['model_name']:
+    model = r['model_name']
+    if name == 'nemo':  # dgxc v24.11.1 recipe yamls: optim.bucket_cap_mb (the others leave the default)
+        bucket = 100 if '15B' in model else 50 if '340B' in model else 220 if '175B' in model else None
+        if bucket: execution['dp_bucket_mib'] = bucket
+    if name == 'nemo' and ('175B' in model or '340B' in model):
         execution['attention_impl'] = 'fa2'  # dgxc launch.sh / configure.sh: NVTE_FUSED_ATTN=0 (flash)
     if 'nemotron4-340b' in r['model_name'] or '340B' in r['model_name']:
         execution['bf16_optimizer_states'] = True  # dgxc nemotron4-340b-synth.yaml: optim.dtype bf16
-    return {'tp': r['tp'], 'pp': r['pp'], 'dp': r['dp'], 'zero': zero, 'micro_batch': r['micro_batch'],
-            'global_batch': r['global_batch'], 'seq_len': r['seq_len'],
-            'schedule': 'interleaved' if v > 1 else '1f1b', 'virtual_stages': v, 'recompute': rc,
-            'sequence_parallel': bool(r['sequence_parallel']), 'precision': 'bf16', 'dp_shard': shard,
-            'execution': execution}
+    # FP8 (Transformer Engine) with FP8 weights (NeMo fp8_params: gathered in FP8), delayed scaling.
+    precision = 'fp8' if str(r['precision']).startswith('fp8') else 'bf16'
+    if precision == 'fp8' and 'fp8_params' in r['precision']: execution['fp8_param_gather'] = True
+    notes = r.get('notes', '')
+    # Token dropping at capacity 1.0, padded to capacity: every expert computes exactly the mean load.
+    if 'moe_expert_capacity_factor=1.0' in notes: execution['moe_capacity_factor'] = 1.0
+    p = {'tp': r['tp'], 'pp': r['pp'], 'dp': r['dp'], 'cp': r.get('cp') or 1, 'ep': r.get('ep') or 1, 'zero': zero,
+         'micro_batch': r['micro_batch'], 'global_batch': r['global_batch'], 'seq_len': r['seq_len'],
+         'schedule': 'interleaved' if v > 1 else '1f1b', 'virtual_stages': v, 'recompute': rc,
+         'sequence_parallel': bool(r['sequence_parallel']), 'precision': precision, 'dp_shard': shard,
+         'execution': execution}
+    uneven = re.search(r'first stage [^=]*=(\d+) layers, last stage [^=]*=(\d+) layers', notes)
+    if uneven: p['first_stage_layers'], p['last_stage_layers'] = int(uneven[1]), int(uneven[2])
+    return p
 
 def main():
     ap = argparse.ArgumentParser()
