@@ -1,6 +1,7 @@
 // Search speed: the full planner search for a 1T-parameter GPT (128 layers, h 25,600, 160 heads,
-// s 2048, global batch 4096) on 16,384 H100s, on one thread and on all cores; and the cost of
-// pricing one configuration. Counters: configurations considered per second (the whole space,
+// s 2048, global batch 4096) on 16,384 H100s, on one thread and on all cores; DeepSeek-V3 (every
+// EP degree of its 256 experts) on 2,048 H100s and Llama-3.1-8B at 131,072 tokens (every CP
+// degree) on 64; and the cost of pricing one configuration. Counters: configurations considered per second (the whole space,
 // legal or not), priced per second (legal, distinct, costed by the memory model and, if they
 // fit, the step model), per core.
 #include <thread>
@@ -43,6 +44,24 @@ void BM_Search1T16k(benchmark::State& state) {
   state.counters["configurations"] = double(considered) / double(state.iterations());
 }
 BENCHMARK(BM_Search1T16k)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The searches that range over EP (an MoE model) and CP (a long sequence), on all cores.
+void search_once(benchmark::State& state, const char* model_name, int64_t gpus, int64_t seq_len, int64_t batch) {
+  const ModelSpec m = load_model(model_name).value();
+  SearchOptions o;
+  o.gpus = gpus, o.seq_len = seq_len, o.global_batch = batch, o.top_k = 10;
+  int64_t considered = 0;
+  for (auto _ : state) {
+    Result<SearchResult> r = search(m, cluster(), o);
+    considered += r->considered;
+    benchmark::DoNotOptimize(r->plans.data());
+  }
+  state.counters["configurations"] = double(considered) / double(state.iterations());
+}
+void BM_SearchDeepSeekV3On2048(benchmark::State& state) { search_once(state, "deepseek-v3", 2048, 4096, 1024); }
+BENCHMARK(BM_SearchDeepSeekV3On2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+void BM_SearchLlama8B128kOn64(benchmark::State& state) { search_once(state, "llama3.1-8b", 64, 131072, 32); }
+BENCHMARK(BM_SearchLlama8B128kOn64)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // One configuration priced from scratch: layer and edge timings, memory and step model.
 void BM_EstimateOnePlan(benchmark::State& state) {

@@ -133,6 +133,36 @@ LayerExchange layer_exchange(const ModelSpec& m, const ClusterSpec& c, const Pla
   return x;
 }
 
+// What recompute re-runs in a layer's backward, from the forward's parts.
+struct ForwardParts {
+  double elementwise_s;    // every memory-bound kernel (FP8 casts included)
+  double ops_gemm_s;       // the GEMMs the op-level policy re-runs (K, O, up)
+  double core_s;           // the attention core with its softmax and dropout (Megatron's selective)
+  double tp_s;             // the forward's TP collectives
+  double tp_gathers_s;     // those the op-level policy re-runs: with SP the all-gathers, else all
+};
+
+void add_recompute(LayerTiming& t, const Plan& plan, const ForwardParts& f) {
+  if (plan.recompute == Recompute::kFull) {
+    t.backward_input_s += t.forward_s;
+    t.tp_comm_s += f.tp_s;
+    t.tp_backward_input_s += f.tp_s;
+    t.exchange_backward_s += t.exchange_forward_s;
+    // The forward's share of the bytes runs again: CP p2p 1 of 3 (K, V; then K, V, dK, dV), a2a
+    // and EP 1 of 2.
+    t.cp_bytes *= 1.0 + (plan.execution.cp_comm == CpComm::kP2p ? 1.0 / 3.0 : 0.5);
+    t.ep_bytes *= 1.5;
+  } else if (plan.recompute == Recompute::kSelective && plan.execution.selective == SelectiveRecompute::kOps) {
+    // Every elementwise op, the K, O and up GEMMs, and the forward's TP collectives but the saved
+    // reduce-scatters re-run.
+    t.backward_input_s += f.elementwise_s + f.ops_gemm_s + f.tp_gathers_s;
+    t.tp_comm_s += f.tp_gathers_s;
+    t.tp_backward_input_s += f.tp_gathers_s;
+  } else if (plan.recompute == Recompute::kSelective) {
+    t.backward_input_s += f.core_s;
+  }
+}
+
 }  // namespace
 
 double expert_load(const ModelSpec& m, const Plan& plan) {
@@ -156,8 +186,8 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
     return memory_time_s(gpu, bytes * tokens * activation_element_bytes(base) / 2.0);
   };
   const auto [fp8_fwd_bytes, fp8_bwd_bytes] = fp8_cast_bytes(m, plan);
-  const double elementwise_s = elementwise_time(plan.execution.attention) + memory_time_s(gpu, fp8_fwd_bytes);
-  const double fp8_bwd_s = memory_time_s(gpu, fp8_bwd_bytes);
+  const double fp8_fwd_s = memory_time_s(gpu, fp8_fwd_bytes), fp8_bwd_s = memory_time_s(gpu, fp8_bwd_bytes);
+  const double elementwise_s = elementwise_time(plan.execution.attention);
   // The softmax and dropout over materialized scores: what selective recompute re-runs besides
   // the two attention GEMMs.
   const double scores_s = flash ? 0.0 : elementwise_time(plan.execution.attention) - elementwise_time(AttentionKernel::kFlash);
@@ -176,12 +206,12 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const double ar_pair_s = pair_s(Collective::kAllReduce);
 
   LayerTiming t;
-  t.forward_s = gt.fwd_s + core_s + elementwise_s + ar_pair_s + x.cp_forward_s + x.ep_forward_s;
+  t.forward_s = gt.fwd_s + core_s + elementwise_s + fp8_fwd_s + ar_pair_s + x.cp_forward_s + x.ep_forward_s;
   // Elementwise backward kernels read the saved input and the incoming gradient and write one
   // gradient where the forward read one tensor and wrote one (norms, GELU/SwiGLU, softmax):
   // 3 passes for 2, so 1.5 x the forward's bytes (dropout's backward moves as many as its forward).
-  t.backward_input_s = gt.dgrad_s + gt.core_bwd_s + kBackwardElementwise * (elementwise_s - memory_time_s(gpu, fp8_fwd_bytes)) +
-                       fp8_bwd_s + ar_pair_s + x.cp_backward_s + x.ep_backward_s;
+  t.backward_input_s = gt.dgrad_s + gt.core_bwd_s + kBackwardElementwise * elementwise_s + fp8_bwd_s + ar_pair_s +
+                       x.cp_backward_s + x.ep_backward_s;
   t.backward_weight_s = gt.wgrad_s;
   t.tp_comm_s = 2 * ar_pair_s;
   t.tp_forward_s = t.tp_backward_input_s = ar_pair_s;
@@ -189,23 +219,8 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   t.exchange_backward_s = x.cp_backward_s + x.ep_backward_s;
   t.cp_bytes = x.cp_bytes;
   t.ep_bytes = x.ep_bytes;
-  if (plan.recompute == Recompute::kFull) {
-    t.backward_input_s += t.forward_s;
-    t.tp_comm_s += ar_pair_s;
-    t.tp_backward_input_s += ar_pair_s;
-    t.exchange_backward_s += t.exchange_forward_s;
-    t.cp_bytes *= 1.0 + (plan.execution.cp_comm == CpComm::kP2p ? 1.0 / 3.0 : 0.5);
-    t.ep_bytes *= 1.5;
-  } else if (plan.recompute == Recompute::kSelective && plan.execution.selective == SelectiveRecompute::kOps) {
-    // Every elementwise op, the K, O and up GEMMs, and the forward's TP collectives but the saved
-    // reduce-scatters (with SP: the two all-gathers; without: the two all-reduces) re-run.
-    const double fwd_tp_s = plan.sequence_parallel ? pair_s(Collective::kAllGather) : ar_pair_s;
-    t.backward_input_s += elementwise_s + gt.ops_recompute_s + fwd_tp_s;
-    t.tp_comm_s += fwd_tp_s;
-    t.tp_backward_input_s += fwd_tp_s;
-  } else if (plan.recompute == Recompute::kSelective) {
-    t.backward_input_s += core_s + scores_s;
-  }
+  add_recompute(t, plan, {elementwise_s + fp8_fwd_s, gt.ops_recompute_s, core_s + scores_s, ar_pair_s,
+                          plan.sequence_parallel ? pair_s(Collective::kAllGather) : ar_pair_s});
   if (plan.sequence_parallel && plan.tp > 1) {
     // SP stores only the sharded inputs of the two column-parallel GEMMs (QKV, FC1), so their
     // weight gradients need the inputs all-gathered again. Megatron issues these asynchronously

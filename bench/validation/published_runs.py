@@ -123,7 +123,8 @@ def report(out, table):
         n = len(errs) if errs is not None else sum(len(v) for v in by.values())
         if errs is not None: every += ok
         if not ok:
-            print(f"{source}: 0/{n} rows expressible"); continue
+            print(f"{source}: 0/{n} rows expressible")
+            lines.append(f"| {source} | 0/{n} | — | — | — |"); continue
         mean, mape, worst = sum(ok) / len(ok), sum(map(abs, ok)) / len(ok), max(ok, key=abs)
         print(f"{source}: {len(ok)}/{n} rows, mean {mean:+.1f}%, MAPE {mape:.1f}%, worst {worst:+.1f}%")
         lines.append(f"| {source} | {len(ok)}/{n} | {mean:+.1f}% | {mape:.1f}% | {worst:+.1f}% |")
