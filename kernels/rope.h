@@ -6,8 +6,10 @@
 
 namespace parallax::kernels {
 
-void rope_forward(float* x, int b, int t, int h, int d, int r, float base);
+// `pos` (optional, t entries): each row's position in its sequence, for a context-parallel rank's
+// tokens; null: row i is position i.
+void rope_forward(float* x, int b, int t, int h, int d, int r, float base, const int* pos = nullptr);
 // The inverse rotation applied to the gradient, in place.
-void rope_backward(float* dx, int b, int t, int h, int d, int r, float base);
+void rope_backward(float* dx, int b, int t, int h, int d, int r, float base, const int* pos = nullptr);
 
 }  // namespace parallax::kernels

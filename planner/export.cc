@@ -122,7 +122,10 @@ Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
   arg("--pipeline-model-parallel-size", p.pp);
   if (p.cp > 1) {
     arg("--context-parallel-size", p.cp);
-    arg("--cp-comm-type", p.execution.cp_comm == CpComm::kAllToAll ? "a2a" : "p2p");
+    // Transformer Engine's spellings (Megatron passes the value through).
+    arg("--cp-comm-type", p.execution.cp_comm == CpComm::kAllToAll    ? "a2a"
+                          : p.execution.cp_comm == CpComm::kAllGather ? "all_gather"
+                                                                       : "p2p");
   }
   if (m.is_moe()) {
     arg("--expert-model-parallel-size", p.ep);
@@ -214,7 +217,7 @@ Result<nlohmann::json> deepspeed_config(const Plan& p) {
   if (p.recompute == Recompute::kSelective)
     return Error{"--emit deepspeed: selective recompute has no DeepSpeed setting (use none or full)"};
   if (p.cp > 1 && p.execution.cp_comm != CpComm::kAllToAll)
-    return Error{"--emit deepspeed: DeepSpeed's context parallelism is Ulysses (cp_comm a2a), not a p2p ring"};
+    return Error{"--emit deepspeed: DeepSpeed's context parallelism is Ulysses (cp_comm a2a), not a K/V ring or all-gather"};
   if (p.precision == Precision::kFp8)
     return Error{"--emit deepspeed: DeepSpeed's config has no FP8 training setting (Transformer Engine is set up in the model code)"};
   nlohmann::json j;

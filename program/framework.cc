@@ -155,7 +155,8 @@ std::string torchtitan_refusal(const Plan& p) {
   if (p.tp > 1 && !p.sequence_parallel) return "torchtitan's tensor parallelism shards the norms' sequence too (sequence_parallel)";
   if (p.pp > 1 && p.schedule == Schedule::kZbH1) return "torchtitan has no ZB-H1 schedule (gpipe, 1f1b or interleaved)";
   if (p.offload && p.zero != 3) return "torchtitan offloads only with FSDP2 (zero 3)";
-  if (p.cp > 1 && p.execution.cp_comm != CpComm::kP2p) return "torchtitan's context parallelism is a ring (cp_comm p2p)";
+  if (p.cp > 1 && p.execution.cp_comm == CpComm::kAllToAll)
+    return "torchtitan's context parallelism rotates K and V (cp_comm p2p or all-gather), not Ulysses";
   return "";
 }
 

@@ -21,7 +21,8 @@ const std::pair<const char*, Recompute> kRecomputes[] = {
     {"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}};
 const std::pair<const char*, Precision> kPrecisions[] = {
     {"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}, {"fp8", Precision::kFp8}};
-const std::pair<const char*, CpComm> kCpComms[] = {{"p2p", CpComm::kP2p}, {"a2a", CpComm::kAllToAll}};
+const std::pair<const char*, CpComm> kCpComms[] = {
+    {"p2p", CpComm::kP2p}, {"all-gather", CpComm::kAllGather}, {"a2a", CpComm::kAllToAll}};
 const std::pair<const char*, Fp8Recipe> kFp8Recipes[] = {{"delayed", Fp8Recipe::kDelayed}, {"current", Fp8Recipe::kCurrent}};
 const std::pair<const char*, AttentionKernel> kKernels[] = {
     {"flash", AttentionKernel::kFlash}, {"materialized", AttentionKernel::kMaterialized}};
@@ -293,7 +294,7 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   e.step_overhead_us = f.optional_number("step_overhead_us", true).value_or(e.step_overhead_us);
   e.fp32_gradients = f.optional_bool("fp32_gradients", e.fp32_gradients);
   e.bf16_optimizer_states = f.optional_bool("bf16_optimizer_states", e.bf16_optimizer_states);
-  if (f.has("cp_comm")) e.cp_comm = read_enum(f, "cp_comm", parse_cp_comm, "p2p|a2a", e.cp_comm);
+  if (f.has("cp_comm")) e.cp_comm = read_enum(f, "cp_comm", parse_cp_comm, "p2p|all-gather|a2a", e.cp_comm);
   e.moe_imbalance = f.optional_number("moe_imbalance").value_or(e.moe_imbalance);
   e.moe_capacity_factor = f.optional_number("moe_capacity_factor", true).value_or(e.moe_capacity_factor);
   if (f.has("fp8_recipe")) e.fp8_recipe = read_enum(f, "fp8_recipe", parse_fp8_recipe, "delayed|current", e.fp8_recipe);

@@ -19,10 +19,12 @@
 namespace parallax {
 
 enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
-// Context parallelism's attention: p2p, a ring passing K and V blocks under the attention compute
-// (Megatron-Core cp_comm_type p2p, with the causal load balancing of 2 cp sequence chunks); a2a,
-// all-to-alls that trade the sequence split for a head split around the attention (Ulysses).
-enum class CpComm { kP2p, kAllToAll };
+// Context parallelism's attention, each with the causal load balancing of 2 cp sequence chunks:
+// p2p, a ring passing K and V blocks under the attention compute (Megatron-Core cp_comm_type p2p);
+// all-gather, K and V all-gathered before the attention and their gradients reduce-scattered after
+// (cp_comm_type all_gather, Llama 3's long-context training); a2a, all-to-alls that trade the
+// sequence split for a head split around the attention (Ulysses).
+enum class CpComm { kP2p, kAllGather, kAllToAll };
 // FP8 scaling (Transformer Engine): delayed, from the amax history of earlier steps; current, from
 // each tensor's own amax, one more read of it before the cast.
 enum class Fp8Recipe { kDelayed, kCurrent };

@@ -31,7 +31,10 @@ Status check_runtime_support(const ModelSpec& m, const Plan& p) {
   if (m.is_moe())  // training it as a dense model would be silently wrong
     return no("mixture-of-experts models (" + m.name + " has " + std::to_string(m.experts) +
               " experts; expert parallelism is not built)");
-  if (p.cp > 1) return no("context parallelism (cp " + std::to_string(p.cp) + "; ring attention is not built)");
+  if (p.cp > 1 && p.execution.cp_comm != CpComm::kAllGather)
+    return no(std::string("context parallelism with cp_comm ") + cp_comm_name(p.execution.cp_comm) +
+              " (it runs cp_comm all-gather)");
+  if (p.cp > 1 && m.positions != Positions::kRotary) return no("context parallelism with learned positions");
   if (p.precision == Precision::kFp8) return no("precision fp8 (FP8 rounding is not emulated)");
   // MPI guarantees tags up to 32767; pipeline transfers use one per (direction, micro-batch, stage).
   if (p.pp > 1 && 2 * p.micro_batches() * p.pp * p.virtual_stages > 32767)
@@ -50,7 +53,7 @@ Status check_gpu_support(const ModelSpec& m, const Plan& p, bool emulated) {
   if (p.zero > 1) return no("ZeRO-" + std::to_string(p.zero) + " (only 0 and 1; the CPU runtime executes 2 and 3)");
   if (p.virtual_stages > 1) return no("interleaved schedules (one model chunk per stage)");
   if (m.is_moe()) return no("mixture-of-experts models (expert parallelism is not built)");
-  if (p.cp > 1) return no("context parallelism (cp " + std::to_string(p.cp) + "; ring attention is not built)");
+  if (p.cp > 1) return no("context parallelism (cp " + std::to_string(p.cp) + "; the CPU runtime executes it)");
   if (p.precision == Precision::kFp8) return no("precision fp8 (no FP8 GEMMs are built)");
   if (std::string gap = model_gap(m); !gap.empty()) return no(gap);
   if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)

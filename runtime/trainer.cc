@@ -24,7 +24,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
                                                  const TrainOptions& options) {
   if (Status s = check_runtime_support(m, plan); !s.ok()) return Error{s.error()};
   if (world.size() != plan.gpus())
-    return Error{"world size " + std::to_string(world.size()) + " does not equal tp x pp x dp = " +
+    return Error{"world size " + std::to_string(world.size()) + " does not equal tp x cp x pp x dp = " +
                  std::to_string(plan.gpus())};
   const RankGrid grid(plan);
   const RankCoords rc = grid.coords(world.rank());
@@ -47,10 +47,13 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   t->dp_ = split(GroupKind::kDp);
   t->pp_ = split(GroupKind::kPp);
   t->embedding_ = split(GroupKind::kEmbedding);
+  t->cp_ = split(GroupKind::kCp);
+  t->model_.set_context_parallel(static_cast<int>(plan.cp), rc.cp, static_cast<int>(plan.seq_len), t->cp_.get());
   std::vector<std::vector<Param*>> chunks;
   for (int c = 0; c < t->model_.chunks(); ++c) chunks.push_back(t->model_.chunk_params(c));
   t->layout_ = std::make_unique<FlatLayout>(std::move(chunks), dp_buckets_per_chunk(m, plan, rc.pp));
-  const int64_t boundary = static_cast<int64_t>(t->model_.local_tokens(static_cast<int>(plan.micro_batch * plan.seq_len))) * m.hidden;
+  const int64_t boundary =
+      static_cast<int64_t>(t->model_.local_tokens(static_cast<int>(plan.micro_batch * plan.seq_len / plan.cp))) * m.hidden;
   t->in_.assign(boundary, 0.0f), t->out_.assign(boundary, 0.0f);
   if (plan.zero >= 1) {
     Trainer* self = t.get();
@@ -114,9 +117,17 @@ void sequence_tokens(const TrainOptions& options, int64_t vocab, int64_t global_
 
 void Trainer::fill_batch(int64_t step_index, int64_t mb, std::vector<int>& inputs, std::vector<int>& targets) const {
   const int64_t b = plan_.micro_batch, s = plan_.seq_len, per_rank = plan_.global_batch / plan_.dp;
-  for (int64_t i = 0; i < b; ++i)
-    sequence_tokens(options_, m_.vocab, plan_.global_batch, s, step_index, coords_.dp * per_rank + mb * b + i,
-                    inputs.data() + i * s, targets.data() + i * s);
+  std::vector<int> in(s), out(s);
+  const std::vector<int>& positions = model_.context_positions();  // CP: this rank's tokens only
+  const int64_t local = positions.empty() ? s : static_cast<int64_t>(positions.size());
+  for (int64_t i = 0; i < b; ++i) {
+    sequence_tokens(options_, m_.vocab, plan_.global_batch, s, step_index, coords_.dp * per_rank + mb * b + i, in.data(),
+                    out.data());
+    for (int64_t k = 0; k < local; ++k) {
+      const int64_t pos = positions.empty() ? k : positions[k];
+      inputs[i * local + k] = in[pos], targets[i * local + k] = out[pos];
+    }
+  }
 }
 
 int Trainer::tag(OpKind kind, int64_t mb, int64_t receiver_vs) const {
@@ -129,7 +140,7 @@ int Trainer::tag(OpKind kind, int64_t mb, int64_t receiver_vs) const {
 // op before and are released after.
 void Trainer::compute(const ProgramOp& op) {
   const int64_t step_index = step_index_;
-  const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len);
+  const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len / plan_.cp);  // CP: local tokens
   const int64_t key = op.micro_batch * plan_.virtual_stages + op.chunk;
   if (op.pass == OpKind::kForward) {
     std::vector<int> inputs(static_cast<size_t>(b) * s), targets(inputs.size());

@@ -76,6 +76,7 @@ class Trainer : private StepBackend {
   int64_t tp_bytes() const { return tp_->bytes_sent(); }
   int64_t dp_bytes() const { return dp_->bytes_sent(); }
   int64_t pp_bytes() const { return pp_->bytes_sent(); }
+  int64_t cp_bytes() const { return cp_->bytes_sent(); }
   const RankCoords& coords() const { return coords_; }
   int64_t updates() const { return updates_; }
   // This rank's training state (parameters, optimizer moments, update count) as bytes, and back.
@@ -112,6 +113,7 @@ class Trainer : private StepBackend {
   RankCoords coords_;
   std::unique_ptr<TimedCommunicator> tp_;
   std::unique_ptr<Communicator> dp_, pp_, embedding_;  // embedding_: first + last stage
+  std::unique_ptr<Communicator> cp_;                  // the ranks sharing each sequence
   std::unique_ptr<FlatLayout> layout_;
   std::vector<Buffer> adam_m_, adam_v_;          // ZeRO 0
   std::unique_ptr<DistributedOptimizer> zero_;  // ZeRO 1, 2 and 3

@@ -21,6 +21,7 @@
 #include "models/status.h"
 #include "program/plan.h"
 #include "runtime/buffer.h"
+#include "kernels/attention.h"
 #include "runtime/communicator.h"
 
 namespace parallax {
@@ -93,6 +94,13 @@ class Transformer {
   void set_sequence_parallel(bool on) { sequence_parallel_ = on && tp_ > 1; }
   bool sequence_parallel() const { return sequence_parallel_; }
   int local_tokens(int n) const { return sequence_parallel_ ? n / tp_ : n; }
+  // Context parallelism: this rank holds chunks r and 2 cp - 1 - r of the 2 cp equal chunks of
+  // every sequence (Megatron-Core's causal load balancing); forward and backward then take the
+  // local length seq_len / cp. Each layer all-gathers K and V over `comm` for the local queries
+  // and reduce-scatters their gradients back (cp_comm all-gather).
+  void set_context_parallel(int cp, int cp_rank, int seq_len, Communicator* comm);
+  // The positions in its sequence of each of this rank's seq_len / cp tokens.
+  const std::vector<int>& context_positions() const { return positions_; }
 
   // forward + backward of the whole model on one stage (pp = 1); returns the summed token loss.
   double forward_backward(const int* inputs, const int* targets, int b, int s, float loss_weight, Communicator& tp);
@@ -111,6 +119,11 @@ class Transformer {
   void layer_forward(Layer& layer, Cache& c, float* x, int b, int s, Communicator& tp) const;
   void layer_backward(Layer& layer, Cache& c, float* dx, int b, int s, Communicator& tp) const;
   void gather_tokens(float* full, const float* local, int n, Communicator& tp) const;
+  // CP: [b, s/cp, width] of every CP rank into [b, s, width] in sequence order, and back (summed).
+  void gather_context(Buffer& full, const Buffer& local, int b, int s, int width) const;
+  void scatter_context(Buffer& local, const Buffer& full, int b, int s, int width) const;
+  // The attention of b sequences of which this rank holds s tokens each (all s, or s / cp under CP).
+  kernels::AttentionShape attention_shape(int b, int s) const;
   void reduce_tokens(float* local, float* full, int n, Communicator& tp) const;
   void drop_for_recompute(Cache& c) const;
   void recompute(Layer& layer, Cache& c, int b, int s, Communicator& tp) const;
@@ -126,6 +139,9 @@ class Transformer {
   float rope_base_ = 10000.0f;
   Recompute recompute_ = Recompute::kNone;
   bool sequence_parallel_ = false;
+  int cp_ = 1, cp_rank_ = 0;
+  Communicator* cp_comm_ = nullptr;
+  std::vector<int> positions_;  // CP: this rank's token positions in a sequence
   int64_t layers_per_chunk_ = 0;
   int64_t first_layer_ = -1;  // uneven stages: the index of this stage's first layer
   std::vector<std::vector<Layer>> layers_;  // per chunk

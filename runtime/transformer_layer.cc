@@ -70,6 +70,52 @@ void Transformer::reduce_tokens(float* local, float* full, int n, Communicator& 
   }
 }
 
+void Transformer::set_context_parallel(int cp, int cp_rank, int seq_len, Communicator* comm) {
+  cp_ = cp, cp_rank_ = cp_rank, cp_comm_ = comm;
+  positions_.clear();
+  if (cp <= 1) return;
+  const int chunk = seq_len / (2 * cp);
+  for (int half : {cp_rank, 2 * cp - 1 - cp_rank})
+    for (int i = 0; i < chunk; ++i) positions_.push_back(half * chunk + i);
+}
+
+kernels::AttentionShape Transformer::attention_shape(int b, int s) const {
+  kernels::AttentionShape a{b, s, static_cast<int>(m_.heads / tp_), static_cast<int>(m_.kv_heads / tp_),
+                            static_cast<int>(m_.head_dim)};
+  if (cp_ > 1) a.t = s * cp_, a.tq = s, a.q_pos = positions_.data();
+  return a;
+}
+
+// Rank r' holds sequence chunks r' and 2 cp - 1 - r' (each s/2 of its s local rows): the rows'
+// places in the gathered sequence.
+void Transformer::gather_context(Buffer& full, const Buffer& local, int b, int s, int width) const {
+  const int64_t block = static_cast<int64_t>(b) * s * width, half = static_cast<int64_t>(s / 2) * width;
+  Buffer all(block * cp_);
+  cp_comm_->all_gather(all.data(), local.data(), block);
+  full.assign(block * cp_, 0.0f);
+  for (int r = 0; r < cp_; ++r)
+    for (int bi = 0; bi < b; ++bi)
+      for (int k = 0; k < 2; ++k) {
+        const int chunk = k == 0 ? r : 2 * cp_ - 1 - r;
+        const float* from = all.data() + r * block + bi * static_cast<int64_t>(s) * width + k * half;
+        std::copy(from, from + half, full.data() + (static_cast<int64_t>(bi) * cp_ * s) * width + chunk * half);
+      }
+}
+
+void Transformer::scatter_context(Buffer& local, const Buffer& full, int b, int s, int width) const {
+  const int64_t block = static_cast<int64_t>(b) * s * width, half = static_cast<int64_t>(s / 2) * width;
+  Buffer all(block * cp_);
+  for (int r = 0; r < cp_; ++r)
+    for (int bi = 0; bi < b; ++bi)
+      for (int k = 0; k < 2; ++k) {
+        const int chunk = k == 0 ? r : 2 * cp_ - 1 - r;
+        const float* from = full.data() + (static_cast<int64_t>(bi) * cp_ * s) * width + chunk * half;
+        std::copy(from, from + half, all.data() + r * block + bi * static_cast<int64_t>(s) * width + k * half);
+      }
+  local.resize(block);
+  cp_comm_->reduce_scatter(local.data(), all.data(), block);
+}
+
 void Transformer::layer_forward(Layer& L, Cache& c, float* x, int b, int s, Communicator& tp) const {
   const int n = b * s, h = static_cast<int>(m_.hidden), hd = static_cast<int>(m_.head_dim);
   const int nl = local_tokens(n);
@@ -87,12 +133,19 @@ void Transformer::layer_forward(Layer& L, Cache& c, float* x, int b, int s, Comm
   columns(c.k.data(), qkv.data(), n, width, ql, kvl, false);
   columns(c.v.data(), qkv.data(), n, width, ql + kvl, kvl, false);
   const int rot = static_cast<int>(m_.rotary_dims);
+  const int* pos = cp_ > 1 ? positions_.data() : nullptr;
   if (m_.positions == Positions::kRotary) {
-    kernels::rope_forward(c.q.data(), b, s, heads, hd, rot, rope_base_);
-    kernels::rope_forward(c.k.data(), b, s, kv_heads, hd, rot, rope_base_);
+    kernels::rope_forward(c.q.data(), b, s, heads, hd, rot, rope_base_, pos);
+    kernels::rope_forward(c.k.data(), b, s, kv_heads, hd, rot, rope_base_, pos);
   }
-  c.probs.resize(static_cast<int64_t>(b) * heads * s * s), c.o.resize(c.q.size());
-  kernels::attention_forward(c.o.data(), c.probs.data(), c.q.data(), c.k.data(), c.v.data(), {b, s, heads, kv_heads, hd});
+  if (cp_ > 1) {  // the local queries attend to the whole sequence's keys and values
+    Buffer k_full, v_full;
+    gather_context(k_full, c.k, b, s, kvl), gather_context(v_full, c.v, b, s, kvl);
+    c.k.swap(k_full), c.v.swap(v_full);
+  }
+  const kernels::AttentionShape shape = attention_shape(b, s);
+  c.probs.resize(static_cast<int64_t>(b) * heads * shape.queries() * shape.t), c.o.resize(c.q.size());
+  kernels::attention_forward(c.o.data(), c.probs.data(), c.q.data(), c.k.data(), c.v.data(), shape);
   Buffer y(full), y_local(local);
   kernels::matmul_forward(y.data(), c.o.data(), L.proj_w.value.data(), nullptr, n, ql, h);
   reduce_tokens(y_local.data(), y.data(), n, tp);
@@ -127,11 +180,10 @@ void Transformer::recompute(Layer& L, Cache& c, int b, int s, Communicator& tp) 
     Buffer x(c.x.begin(), c.x.end());
     layer_forward(L, c, x.data(), b, s, tp);  // issues the same TP collectives on every rank
   } else if (recompute_ == Recompute::kSelective) {
-    const int heads = static_cast<int>(m_.heads / tp_), kv_heads = static_cast<int>(m_.kv_heads / tp_);
-    c.probs.resize(static_cast<int64_t>(b) * heads * s * s);
+    const kernels::AttentionShape shape = attention_shape(b, s);
+    c.probs.resize(static_cast<int64_t>(b) * shape.h * shape.queries() * shape.t);
     Buffer o(c.o.size());
-    kernels::attention_forward(o.data(), c.probs.data(), c.q.data(), c.k.data(), c.v.data(),
-                               {b, s, heads, kv_heads, static_cast<int>(m_.head_dim)});
+    kernels::attention_forward(o.data(), c.probs.data(), c.q.data(), c.k.data(), c.v.data(), shape);
   }
 }
 
@@ -159,11 +211,17 @@ void Transformer::layer_backward(Layer& L, Cache& c, float* dx, int b, int s, Co
   gather_tokens(dy.data(), dx, n, tp);
   kernels::matmul_backward(d_o.data(), L.proj_w.grad.data(), grad_or_null(L.proj_b), dy.data(), c.o.data(), L.proj_w.value.data(), n, ql, h);
   kernels::attention_backward(dq.data(), dk.data(), dv.data(), d_o.data(), c.q.data(), c.k.data(), c.v.data(), c.probs.data(),
-                              {b, s, heads, kv_heads, hd});
+                              attention_shape(b, s));
+  if (cp_ > 1) {  // every rank's queries contributed to these keys' gradients: summed to their owner
+    Buffer dk_local, dv_local;
+    scatter_context(dk_local, dk, b, s, kvl), scatter_context(dv_local, dv, b, s, kvl);
+    dk.swap(dk_local), dv.swap(dv_local);
+  }
   const int rot = static_cast<int>(m_.rotary_dims);
+  const int* pos = cp_ > 1 ? positions_.data() : nullptr;
   if (m_.positions == Positions::kRotary) {
-    kernels::rope_backward(dq.data(), b, s, heads, hd, rot, rope_base_);
-    kernels::rope_backward(dk.data(), b, s, kv_heads, hd, rot, rope_base_);
+    kernels::rope_backward(dq.data(), b, s, heads, hd, rot, rope_base_, pos);
+    kernels::rope_backward(dk.data(), b, s, kv_heads, hd, rot, rope_base_, pos);
   }
   Buffer dqkv(static_cast<int64_t>(n) * width);
   columns(dq.data(), dqkv.data(), n, width, 0, ql, true);

@@ -112,6 +112,12 @@ LayerExchange layer_exchange(const ModelSpec& m, const ClusterSpec& c, const Pla
       x.cp_forward_s = steps * std::max(0.0, ring_step_s(kv, link) - gt.core_s / d(plan.cp));
       x.cp_backward_s = steps * std::max(0.0, ring_step_s(2 * kv, link) - gt.core_bwd_s / d(plan.cp));
       x.cp_bytes = steps * 3 * kv;
+    } else if (plan.execution.cp_comm == CpComm::kAllGather) {
+      // K and V all-gathered before the attention, their gradients reduce-scattered after: not hidden.
+      const double kv = tokens * d(m.kv_dim() + m.v_dim()) / d(plan.tp) * ab * d(plan.cp);  // the full buffer
+      x.cp_forward_s = collective_time_s(Collective::kAllGather, kv, plan.cp, link);
+      x.cp_backward_s = collective_time_s(Collective::kReduceScatter, kv, plan.cp, link);
+      x.cp_bytes = 2 * collective_bytes_per_rank(Collective::kAllGather, kv, plan.cp);
     } else {
       // Ulysses: all-to-alls of Q, K, V before the attention and of its output after, exchanging
       // the sequence split for a head split; the backward the same for the gradients. Not hidden.
@@ -148,8 +154,8 @@ void add_recompute(LayerTiming& t, const Plan& plan, const ForwardParts& f) {
     t.tp_comm_s += f.tp_s;
     t.tp_backward_input_s += f.tp_s;
     t.exchange_backward_s += t.exchange_forward_s;
-    // The forward's share of the bytes runs again: CP p2p 1 of 3 (K, V; then K, V, dK, dV), a2a
-    // and EP 1 of 2.
+    // The forward's share of the bytes runs again: CP p2p 1 of 3 (K, V; then K, V, dK, dV), the
+    // others and EP 1 of 2.
     t.cp_bytes *= 1.0 + (plan.execution.cp_comm == CpComm::kP2p ? 1.0 / 3.0 : 0.5);
     t.ep_bytes *= 1.5;
   } else if (plan.recompute == Recompute::kSelective && plan.execution.selective == SelectiveRecompute::kOps) {

@@ -75,7 +75,7 @@ void add_execution_flags(CLI::App& app, ExecutionFlags& f) {
   app.add_flag("--compile", f.compile, "torch.compile: elementwise kernels fused (fsdp, torchtitan)");
   app.add_flag("--overlap-grad-reduce", f.overlap_grad_reduce, "overlap DP gradient reduction with backward");
   app.add_flag("--fp32-gradients", f.fp32_gradients, "bf16/fp16: accumulate and DP-reduce gradients in fp32");
-  app.add_option("--cp-comm", f.cp_comm, "context parallelism's attention: p2p (ring, default) | a2a (Ulysses)");
+  app.add_option("--cp-comm", f.cp_comm, "context parallelism's attention: p2p (ring, default) | all-gather | a2a (Ulysses)");
   app.add_option("--moe-imbalance", f.moe_imbalance, "MoE: the busiest expert's tokens over the mean (default 1)");
   app.add_option("--moe-capacity-factor", f.moe_capacity_factor, "MoE: tokens an expert takes, x the mean (0: dropless)");
   app.add_option("--fp8-recipe", f.fp8_recipe, "FP8 scaling: delayed (default) | current");
@@ -89,8 +89,9 @@ Execution execution_or_fail(const ExecutionFlags& f) {
   if (f.overlap_grad_reduce) e.overlap_grad_reduce = true;
   if (f.fp32_gradients) e.fp32_gradients = true;
   if (!f.cp_comm.empty()) {
-    if (f.cp_comm != "p2p" && f.cp_comm != "a2a") fail("--cp-comm: unknown '" + f.cp_comm + "' (expected p2p|a2a)");
-    e.cp_comm = f.cp_comm == "a2a" ? CpComm::kAllToAll : CpComm::kP2p;
+    if (f.cp_comm != "p2p" && f.cp_comm != "all-gather" && f.cp_comm != "a2a")
+      fail("--cp-comm: unknown '" + f.cp_comm + "' (expected p2p|all-gather|a2a)");
+    e.cp_comm = f.cp_comm == "a2a" ? CpComm::kAllToAll : f.cp_comm == "all-gather" ? CpComm::kAllGather : CpComm::kP2p;
   }
   if (f.moe_imbalance != 0) {
     if (!(f.moe_imbalance >= 1 && f.moe_imbalance <= 1e3)) fail("--moe-imbalance must be between 1 (balanced) and 1000");

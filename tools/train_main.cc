@@ -109,17 +109,17 @@ void report(const Options& o, const Plan& plan, Trainer& trainer, Communicator& 
             const std::vector<double>& losses, const std::vector<double>& times, const std::vector<int64_t>& skipped,
             double loss_scale) {
   float peak_kib = static_cast<float>(MemoryTracker::peak_bytes() / 1024);
-  float bytes[3] = {static_cast<float>(trainer.tp_bytes()), static_cast<float>(trainer.pp_bytes()),
-                    static_cast<float>(trainer.dp_bytes())};
+  float bytes[4] = {static_cast<float>(trainer.tp_bytes()), static_cast<float>(trainer.pp_bytes()),
+                    static_cast<float>(trainer.dp_bytes()), static_cast<float>(trainer.cp_bytes())};
   world.all_reduce(&peak_kib, 1, ReduceOp::kMax);
-  world.all_reduce(bytes, 3, ReduceOp::kMax);
+  world.all_reduce(bytes, 4, ReduceOp::kMax);
   if (world.rank() != 0) return;
   const double step_s = steady_step_time(times);
   nlohmann::json j = {{"losses", losses},
                       {"step_time_s", step_s},
                       {"tokens_per_s", static_cast<double>(plan.global_batch * plan.seq_len) / step_s},
                       {"peak_memory_bytes", static_cast<int64_t>(peak_kib) * 1024},
-                      {"comm_bytes", {{"tp", bytes[0]}, {"pp", bytes[1]}, {"dp", bytes[2]}}},
+                      {"comm_bytes", {{"tp", bytes[0]}, {"pp", bytes[1]}, {"dp", bytes[2]}, {"cp", bytes[3]}}},
                       {"ranks", plan.gpus()},
                       {"skipped_steps", skipped},
                       {"loss_scale", loss_scale}};

@@ -7,9 +7,9 @@
 namespace parallax::kernels {
 
 namespace {
-long qi(const AttentionShape& s, int b, int t, int h) { return ((static_cast<long>(b) * s.t + t) * s.h + h) * s.d; }
+long qi(const AttentionShape& s, int b, int t, int h) { return ((static_cast<long>(b) * s.queries() + t) * s.h + h) * s.d; }
 long ki(const AttentionShape& s, int b, int t, int h) { return ((static_cast<long>(b) * s.t + t) * s.kvh + h) * s.d; }
-long pi(const AttentionShape& s, int b, int h, int t) { return ((static_cast<long>(b) * s.h + h) * s.t + t) * s.t; }
+long pi(const AttentionShape& s, int b, int h, int t) { return ((static_cast<long>(b) * s.h + h) * s.queries() + t) * s.t; }
 }  // namespace
 
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v, AttentionShape s) {
@@ -17,11 +17,12 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
   const int group = s.h / s.kvh;
   for (int b = 0; b < s.b; ++b)
     for (int h = 0; h < s.h; ++h)
-      for (int t = 0; t < s.t; ++t) {
+      for (int t = 0; t < s.queries(); ++t) {
+        const int last = s.position(t);  // the causal mask: keys up to the query's position
         const float* qv = q + qi(s, b, t, h);
         float* p = probs + pi(s, b, h, t);
         float max = -INFINITY;
-        for (int u = 0; u <= t; ++u) {
+        for (int u = 0; u <= last; ++u) {
           const float* kv = k + ki(s, b, u, h / group);
           float dot = 0;
           for (int i = 0; i < s.d; ++i) dot += qv[i] * kv[i];
@@ -29,12 +30,12 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
           max = std::max(max, p[u]);
         }
         float sum = 0;
-        for (int u = 0; u <= t; ++u) sum += p[u] = std::exp(p[u] - max);
-        for (int u = 0; u <= t; ++u) p[u] /= sum;
-        for (int u = t + 1; u < s.t; ++u) p[u] = 0;
+        for (int u = 0; u <= last; ++u) sum += p[u] = std::exp(p[u] - max);
+        for (int u = 0; u <= last; ++u) p[u] /= sum;
+        for (int u = last + 1; u < s.t; ++u) p[u] = 0;
         float* o = out + qi(s, b, t, h);
         std::fill(o, o + s.d, 0.0f);
-        for (int u = 0; u <= t; ++u) {
+        for (int u = 0; u <= last; ++u) {
           const float* vv = v + ki(s, b, u, h / group);
           for (int i = 0; i < s.d; ++i) o[i] += p[u] * vv[i];
         }
@@ -48,12 +49,13 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   std::vector<float> dp(s.t);
   for (int b = 0; b < s.b; ++b)
     for (int h = 0; h < s.h; ++h)
-      for (int t = 0; t < s.t; ++t) {
+      for (int t = 0; t < s.queries(); ++t) {
+        const int last = s.position(t);
         const float* p = probs + pi(s, b, h, t);
         const float* dy = dout + qi(s, b, t, h);
         // dP = dO V^T, dV += P^T dO; softmax backward dS = P (dP - sum(P dP)).
         float dot = 0;
-        for (int u = 0; u <= t; ++u) {
+        for (int u = 0; u <= last; ++u) {
           const float* vv = v + ki(s, b, u, h / group);
           float* dvv = dv + ki(s, b, u, h / group);
           dp[u] = 0;
@@ -65,7 +67,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         }
         const float* qv = q + qi(s, b, t, h);
         float* dqv = dq + qi(s, b, t, h);
-        for (int u = 0; u <= t; ++u) {
+        for (int u = 0; u <= last; ++u) {
           const float ds = p[u] * (dp[u] - dot) * scale;
           const float* kv = k + ki(s, b, u, h / group);
           float* dkv = dk + ki(s, b, u, h / group);

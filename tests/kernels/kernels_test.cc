@@ -164,6 +164,52 @@ TEST(Attention, FirstTokenAttendsOnlyToItselfAndGradients) {
   expect_gradient(v, dv, [&](const Vec& x) { return f(q, k, x); }, dout);
 }
 
+// Context parallelism: a rank's queries at positions {1, 2} of a 4-token sequence attend to all
+// 4 keys under the causal mask — the same outputs and gradients as rows 1 and 2 of the full
+// attention (the key gradients then hold only these queries' share).
+TEST(Attention, QueriesAtTheirPositionsMatchTheFullRows) {
+  const AttentionShape full{1, 4, 2, 1, 3};
+  const long qn = long(full.t) * full.h * full.d, kn = long(full.t) * full.kvh * full.d, row = long(full.h) * full.d;
+  const Vec q = random(qn, 30), k = random(kn, 31), v = random(kn, 32), dout = random(qn, 33);
+  Vec out(qn), probs(long(full.h) * full.t * full.t);
+  attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), full);
+  const int pos[2] = {1, 2};
+  AttentionShape part = full;
+  part.tq = 2, part.q_pos = pos;
+  const Vec q_part(q.begin() + row, q.begin() + 3 * row), d_part(dout.begin() + row, dout.begin() + 3 * row);
+  Vec o_part(2 * row), p_part(long(full.h) * 2 * full.t);
+  attention_forward(o_part.data(), p_part.data(), q_part.data(), k.data(), v.data(), part);
+  for (long i = 0; i < 2 * row; ++i) EXPECT_NEAR(o_part[i], out[row + i], 1e-6);
+  // Backward with the gradient only on rows 1 and 2, full and partial, agree.
+  Vec d_rows(qn, 0.0f);
+  std::copy(d_part.begin(), d_part.end(), d_rows.begin() + row);
+  Vec dq(qn), dk(kn), dv(kn), dq_part(2 * row), dk_part(kn), dv_part(kn);
+  attention_backward(dq.data(), dk.data(), dv.data(), d_rows.data(), q.data(), k.data(), v.data(), probs.data(), full);
+  attention_backward(dq_part.data(), dk_part.data(), dv_part.data(), d_part.data(), q_part.data(), k.data(), v.data(),
+                     p_part.data(), part);
+  for (long i = 0; i < 2 * row; ++i) EXPECT_NEAR(dq_part[i], dq[row + i], 1e-6);
+  for (long i = 0; i < kn; ++i) {
+    EXPECT_NEAR(dk_part[i], dk[i], 1e-6);
+    EXPECT_NEAR(dv_part[i], dv[i], 1e-6);
+  }
+}
+
+// RoPE at explicit positions {2, 0} rotates each row as its position does in the full sequence.
+TEST(Rope, ExplicitPositions) {
+  const int h = 1, d = 4;
+  const Vec x = random(3 * h * d, 34);
+  Vec all = x;
+  rope_forward(all.data(), 1, 3, h, d, d, 10000.0f);
+  Vec two(x.begin() + 2 * d, x.end());
+  two.insert(two.end(), x.begin(), x.begin() + d);  // rows: position 2, then position 0
+  const int pos[2] = {2, 0};
+  rope_forward(two.data(), 1, 2, h, d, d, 10000.0f, pos);
+  for (int i = 0; i < d; ++i) {
+    EXPECT_NEAR(two[i], all[2 * d + i], 1e-6);
+    EXPECT_NEAR(two[d + i], all[i], 1e-6);
+  }
+}
+
 TEST(Rope, PositionZeroIsIdentityAndBackwardIsTheInverse) {
   const int b = 1, t = 3, h = 2, d = 4;
   const Vec x = random(b * t * h * d, 20);

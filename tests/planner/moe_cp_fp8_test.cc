@@ -180,6 +180,20 @@ TEST(StepCosts, ContextParallelRingExposesWhatAttentionCannotHide) {
   EXPECT_DOUBLE_EQ(t.cp_bytes, 3 * 524288.0);
 }
 
+// The all-gather variant on the same plan: K and V of both ranks, 2 x 524,288 = 1,048,576 B,
+// all-gathered over 2 ranks in two nodes: 10 us + 524,288 B / 10 GB/s = 62.43 us forward (the
+// gradients' reduce-scatter the same backward), unhidden; each rank sends its half each way.
+TEST(StepCosts, ContextParallelAllGather) {
+  const ModelSpec m = load("llama3-8b");
+  Plan p = plan(8, 2, 1, 1, 2048);
+  p.sequence_parallel = true;
+  p.execution.cp_comm = CpComm::kAllGather;
+  const LayerTiming t = layer_timing(m, round_cluster(), p);
+  EXPECT_NEAR(t.exchange_forward_s, 10e-6 + 524288.0 / 10e9, 1e-12);
+  EXPECT_NEAR(t.exchange_backward_s, 10e-6 + 524288.0 / 10e9, 1e-12);
+  EXPECT_DOUBLE_EQ(t.cp_bytes, 2 * 524288.0);
+}
+
 // FP8 GEMMs run at the FP8 peak; a GPU without one refuses the plan.
 TEST(StepCosts, Fp8UsesTheFp8Peak) {
   nlohmann::json j = testing_support::round_cluster_json();
@@ -282,7 +296,11 @@ TEST(Export, ExpertContextAndFp8Flags) {
 TEST(RuntimeSupport, RefusesWhatIsNotBuilt) {
   const ModelSpec llama = load("llama3-8b");
   Plan p = plan(1, 2, 1, 1, 4096);
-  EXPECT_NE(check_runtime_support(llama, p).error().find("context parallelism"), std::string::npos);
+  EXPECT_NE(check_runtime_support(llama, p).error().find("cp_comm p2p"), std::string::npos);
+  p.execution.cp_comm = CpComm::kAllGather;  // the variant the CPU runtime executes
+  EXPECT_TRUE(check_runtime_support(llama, p).ok());
+  EXPECT_NE(check_runtime_support(load("gpt2"), p).error().find("learned positions"), std::string::npos);
+  EXPECT_FALSE(check_gpu_support(llama, p, true).ok());
   p.cp = 1;
   p.precision = Precision::kFp8;
   EXPECT_NE(check_runtime_support(llama, p).error().find("fp8"), std::string::npos);

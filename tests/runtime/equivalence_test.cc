@@ -27,7 +27,8 @@ struct Layout {
   const char* recompute = "none";
   bool sp = false;
   int first_stage_layers = 0, last_stage_layers = 0;
-  int ranks() const { return tp * pp * dp; }
+  int cp = 1;  // context parallelism (cp_comm all-gather)
+  int ranks() const { return tp * cp * pp * dp; }
 };
 
 std::string write_plan(const Layout& l) {
@@ -37,7 +38,8 @@ std::string write_plan(const Layout& l) {
                                         {"schedule", l.schedule}, {"virtual_stages", l.chunks}, {"recompute", l.recompute},
                                         {"sequence_parallel", l.sp}, {"precision", "fp32"},
                                         {"first_stage_layers", l.first_stage_layers},
-                                        {"last_stage_layers", l.last_stage_layers}}
+                                        {"last_stage_layers", l.last_stage_layers}, {"cp", l.cp},
+                                        {"execution", {{"cp_comm", "all-gather"}}}}
                              .dump();
   return path;
 }
@@ -65,7 +67,7 @@ void expect_same_training(const std::string& model, const Layout& l) {
   const std::vector<double> got = losses(model, l);
   const std::string what = model + " tp " + std::to_string(l.tp) + " pp " + std::to_string(l.pp) + " dp " +
                            std::to_string(l.dp) + " " + l.schedule + " zero " + std::to_string(l.zero) + " recompute " +
-                           l.recompute + (l.sp ? " SP" : "");
+                           l.recompute + (l.sp ? " SP" : "") + " cp " + std::to_string(l.cp);
   ASSERT_EQ(got.size(), 5u) << what;
   ASSERT_EQ(ref.size(), 5u);
   EXPECT_LE(std::abs(got[0] / ref[0] - 1), 1e-5) << what;
@@ -147,4 +149,20 @@ TEST(Equivalence, Mixtures) {
   expect_same_training("tiny-llama", {2, 2, 2, 1, "zb-h1"});
 }
 
+// Context parallelism: each rank keeps chunks r and 2 cp - 1 - r of every sequence, all-gathers
+// K and V for its queries and reduce-scatters their gradients; dense gradients reduce over cp x dp.
+TEST(Equivalence, ContextParallel) {
+  auto cp = [](Layout l, int degree) {
+    l.cp = degree;
+    return l;
+  };
+  expect_same_training("tiny-llama", cp({1, 1, 1, 8}, 2));
+  expect_same_training("tiny-llama", cp({1, 1, 1, 4}, 4));                             // 2 micro-batches
+  expect_same_training("tiny-llama", cp({2, 1, 1, 4, "1f1b", 1, 0, "selective", true}, 2));  // TP + SP
+  expect_same_training("tiny-llama", cp({1, 2, 1, 2, "1f1b", 1, 0, "full"}, 2));           // PP, full recompute
+  expect_same_training("tiny-llama", cp({1, 1, 2, 4, "1f1b", 1, 1}, 2));                   // ZeRO-1 over cp x dp
+  expect_same_training("tiny-nemotron", cp({1, 1, 1, 8}, 2));                            // partial rotary
+}
+
 }  // namespace
+

@@ -311,7 +311,7 @@ TEST(Train, BadInputs) {
                                 .dump());
   };
   expect_bad_input(run("train", "--model " + model + " --plan " + plan("t1.json", 0, 2, "fp32")),
-                   "world size 1 does not equal tp x pp x dp = 2");
+                   "world size 1 does not equal tp x cp x pp x dp = 2");
   nlohmann::json offload = nlohmann::json::parse(slurp(plan("t2.json", 1, 1, "fp32")));
   offload["offload"] = true;
   expect_bad_input(run("train", "--model " + model + " --plan " + temp_file("t2o.json", offload.dump())),
