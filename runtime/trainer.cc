@@ -34,6 +34,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   if (!model.ok()) return Error{model.error()};
   model->set_recompute(plan.recompute);
   model->set_sequence_parallel(plan.sequence_parallel);
+  model->set_fp8(plan.precision == Precision::kFp8);
   std::unique_ptr<Trainer> t(new Trainer(m, plan, options, std::move(model).value()));
   t->coords_ = rc;
   if (plan.precision == Precision::kFp16) t->scaler_.scale = LossScaler::kInitial;

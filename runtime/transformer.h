@@ -94,6 +94,10 @@ class Transformer {
   void set_sequence_parallel(bool on) { sequence_parallel_ = on && tp_ > 1; }
   bool sequence_parallel() const { return sequence_parallel_; }
   int local_tokens(int n) const { return sequence_parallel_ ? n / tp_ : n; }
+  // FP8 (current scaling): the linear layers' GEMM operands are rounded as Transformer Engine
+  // casts them — inputs and weights to E4M3, output gradients to E5M2 — each tensor scaled so that
+  // its amax (over the TP and CP ranks that share it) maps to the format's largest value.
+  void set_fp8(bool on) { fp8_ = on; }
   // Context parallelism: this rank holds chunks r and 2 cp - 1 - r of the 2 cp equal chunks of
   // every sequence (Megatron-Core's causal load balancing); forward and backward then take the
   // local length seq_len / cp. Each layer all-gathers K and V over `comm` for the local queries
@@ -119,6 +123,8 @@ class Transformer {
   void layer_forward(Layer& layer, Cache& c, float* x, int b, int s, Communicator& tp) const;
   void layer_backward(Layer& layer, Cache& c, float* dx, int b, int s, Communicator& tp) const;
   void gather_tokens(float* full, const float* local, int n, Communicator& tp) const;
+  // With FP8 the rounded copy of a GEMM operand of n values (kept alive in `keep`); else `x`.
+  const float* gemm_operand(Buffer& keep, const float* x, int64_t n, bool gradient, Communicator& tp) const;
   // CP: [b, s/cp, width] of every CP rank into [b, s, width] in sequence order, and back (summed).
   void gather_context(Buffer& full, const Buffer& local, int b, int s, int width) const;
   void scatter_context(Buffer& local, const Buffer& full, int b, int s, int width) const;
@@ -139,6 +145,7 @@ class Transformer {
   float rope_base_ = 10000.0f;
   Recompute recompute_ = Recompute::kNone;
   bool sequence_parallel_ = false;
+  bool fp8_ = false;
   int cp_ = 1, cp_rank_ = 0;
   Communicator* cp_comm_ = nullptr;
   std::vector<int> positions_;  // CP: this rank's token positions in a sequence

@@ -1,8 +1,10 @@
 // One transformer layer's forward and backward on this rank's TP shard.
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/activation.h"
 #include "kernels/attention.h"
+#include "kernels/cast.h"
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
@@ -79,6 +81,18 @@ void Transformer::set_context_parallel(int cp, int cp_rank, int seq_len, Communi
     for (int i = 0; i < chunk; ++i) positions_.push_back(half * chunk + i);
 }
 
+const float* Transformer::gemm_operand(Buffer& keep, const float* x, int64_t n, bool gradient, Communicator& tp) const {
+  if (!fp8_) return x;
+  const kernels::Fp8Format f = gradient ? kernels::Fp8Format::kE5M2 : kernels::Fp8Format::kE4M3;
+  float amax = 0;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  tp.all_reduce(&amax, 1, ReduceOp::kMax);  // one scale for the whole tensor, as one rank would have
+  if (cp_ > 1) cp_comm_->all_reduce(&amax, 1, ReduceOp::kMax);
+  keep.resize(n);
+  kernels::fp8_round(keep.data(), x, static_cast<long>(n), amax > 0 ? kernels::fp8_max(f) / amax : 1.0f, f);
+  return keep.data();
+}
+
 kernels::AttentionShape Transformer::attention_shape(int b, int s) const {
   kernels::AttentionShape a{b, s, static_cast<int>(m_.heads / tp_), static_cast<int>(m_.kv_heads / tp_),
                             static_cast<int>(m_.head_dim)};
@@ -127,7 +141,9 @@ void Transformer::layer_forward(Layer& L, Cache& c, float* x, int b, int s, Comm
   norm_forward(L.ln1_w, L.ln1_b, c.a.data(), c.n1a.data(), c.n1b.data(), x, nl);
   Buffer a_full(full), qkv(static_cast<int64_t>(n) * width);
   gather_tokens(a_full.data(), c.a.data(), n, tp);
-  kernels::matmul_forward(qkv.data(), a_full.data(), L.qkv_w.value.data(), or_null(L.qkv_b), n, h, width);
+  Buffer fx, fw;  // FP8: the rounded operands
+  kernels::matmul_forward(qkv.data(), gemm_operand(fx, a_full.data(), full, false, tp),
+                          gemm_operand(fw, L.qkv_w.value.data(), L.qkv_w.size, false, tp), or_null(L.qkv_b), n, h, width);
   c.q.resize(static_cast<int64_t>(n) * ql), c.k.resize(static_cast<int64_t>(n) * kvl), c.v.resize(c.k.size());
   columns(c.q.data(), qkv.data(), n, width, 0, ql, false);
   columns(c.k.data(), qkv.data(), n, width, ql, kvl, false);
@@ -147,7 +163,8 @@ void Transformer::layer_forward(Layer& L, Cache& c, float* x, int b, int s, Comm
   c.probs.resize(static_cast<int64_t>(b) * heads * shape.queries() * shape.t), c.o.resize(c.q.size());
   kernels::attention_forward(c.o.data(), c.probs.data(), c.q.data(), c.k.data(), c.v.data(), shape);
   Buffer y(full), y_local(local);
-  kernels::matmul_forward(y.data(), c.o.data(), L.proj_w.value.data(), nullptr, n, ql, h);
+  kernels::matmul_forward(y.data(), gemm_operand(fx, c.o.data(), static_cast<int64_t>(c.o.size()), false, tp),
+                          gemm_operand(fw, L.proj_w.value.data(), L.proj_w.size, false, tp), nullptr, n, ql, h);
   reduce_tokens(y_local.data(), y.data(), n, tp);
   add_bias(y_local.data(), L.proj_b, nl, h);
   add(x, y_local.data(), local);
@@ -156,11 +173,15 @@ void Transformer::layer_forward(Layer& L, Cache& c, float* x, int b, int s, Comm
   norm_forward(L.ln2_w, L.ln2_b, c.a2.data(), c.n2a.data(), c.n2b.data(), x, nl);
   gather_tokens(a_full.data(), c.a2.data(), n, tp);
   c.u.resize(static_cast<int64_t>(n) * fc1_local_), c.g.resize(static_cast<int64_t>(n) * ffn_local_);
-  kernels::matmul_forward(c.u.data(), a_full.data(), L.fc1_w.value.data(), or_null(L.fc1_b), n, h, static_cast<int>(fc1_local_));
+  kernels::matmul_forward(c.u.data(), gemm_operand(fx, a_full.data(), full, false, tp),
+                          gemm_operand(fw, L.fc1_w.value.data(), L.fc1_w.size, false, tp), or_null(L.fc1_b), n, h,
+                          static_cast<int>(fc1_local_));
   if (m_.mlp == Mlp::kSwiGlu) kernels::swiglu_forward(c.g.data(), c.u.data(), n, static_cast<int>(ffn_local_));
   else if (m_.mlp == Mlp::kSquaredRelu) kernels::relu2_forward(c.g.data(), c.u.data(), static_cast<long>(c.u.size()));
   else kernels::gelu_forward(c.g.data(), c.u.data(), static_cast<long>(c.u.size()));
-  kernels::matmul_forward(y.data(), c.g.data(), L.fc2_w.value.data(), nullptr, n, static_cast<int>(ffn_local_), h);
+  kernels::matmul_forward(y.data(), gemm_operand(fx, c.g.data(), static_cast<int64_t>(c.g.size()), false, tp),
+                          gemm_operand(fw, L.fc2_w.value.data(), L.fc2_w.size, false, tp), nullptr, n,
+                          static_cast<int>(ffn_local_), h);
   reduce_tokens(y_local.data(), y.data(), n, tp);
   add_bias(y_local.data(), L.fc2_b, nl, h);
   add(x, y_local.data(), local);
@@ -198,18 +219,26 @@ void Transformer::layer_backward(Layer& L, Cache& c, float* dx, int b, int s, Co
   Buffer dy(full), a_full(full), dg(static_cast<int64_t>(n) * fl, 0.0f), du(static_cast<int64_t>(n) * f1, 0.0f),
       da(full, 0.0f), da_local(static_cast<int64_t>(nl) * h);
   gather_tokens(dy.data(), dx, n, tp);
-  kernels::matmul_backward(dg.data(), L.fc2_w.grad.data(), grad_or_null(L.fc2_b), dy.data(), c.g.data(), L.fc2_w.value.data(), n, fl, h);
+  Buffer fd, fx, fw;  // FP8: the rounded operands
+  kernels::matmul_backward(dg.data(), L.fc2_w.grad.data(), grad_or_null(L.fc2_b), gemm_operand(fd, dy.data(), full, true, tp),
+                           gemm_operand(fx, c.g.data(), static_cast<int64_t>(c.g.size()), false, tp),
+                           gemm_operand(fw, L.fc2_w.value.data(), L.fc2_w.size, false, tp), n, fl, h);
   if (m_.mlp == Mlp::kSwiGlu) kernels::swiglu_backward(du.data(), c.u.data(), dg.data(), n, fl);
   else if (m_.mlp == Mlp::kSquaredRelu) kernels::relu2_backward(du.data(), c.u.data(), dg.data(), static_cast<long>(du.size()));
   else kernels::gelu_backward(du.data(), c.u.data(), dg.data(), static_cast<long>(du.size()));
   gather_tokens(a_full.data(), c.a2.data(), n, tp);  // SP keeps only this rank's tokens: gather again
-  kernels::matmul_backward(da.data(), L.fc1_w.grad.data(), grad_or_null(L.fc1_b), du.data(), a_full.data(), L.fc1_w.value.data(), n, h, f1);
+  kernels::matmul_backward(da.data(), L.fc1_w.grad.data(), grad_or_null(L.fc1_b),
+                           gemm_operand(fd, du.data(), static_cast<int64_t>(du.size()), true, tp),
+                           gemm_operand(fx, a_full.data(), full, false, tp),
+                           gemm_operand(fw, L.fc1_w.value.data(), L.fc1_w.size, false, tp), n, h, f1);
   reduce_tokens(da_local.data(), da.data(), n, tp);  // column-parallel: partial input gradients
   norm_backward(L.ln2_w, L.ln2_b, dx, da_local.data(), c.x1.data(), c.n2a.data(), c.n2b.data(), nl);
   // Attention: dx is now the gradient of x1 = of the projection output and of the residual.
   Buffer d_o(c.o.size(), 0.0f), dq(c.q.size(), 0.0f), dk(c.k.size(), 0.0f), dv(c.v.size(), 0.0f);
   gather_tokens(dy.data(), dx, n, tp);
-  kernels::matmul_backward(d_o.data(), L.proj_w.grad.data(), grad_or_null(L.proj_b), dy.data(), c.o.data(), L.proj_w.value.data(), n, ql, h);
+  kernels::matmul_backward(d_o.data(), L.proj_w.grad.data(), grad_or_null(L.proj_b), gemm_operand(fd, dy.data(), full, true, tp),
+                           gemm_operand(fx, c.o.data(), static_cast<int64_t>(c.o.size()), false, tp),
+                           gemm_operand(fw, L.proj_w.value.data(), L.proj_w.size, false, tp), n, ql, h);
   kernels::attention_backward(dq.data(), dk.data(), dv.data(), d_o.data(), c.q.data(), c.k.data(), c.v.data(), c.probs.data(),
                               attention_shape(b, s));
   if (cp_ > 1) {  // every rank's queries contributed to these keys' gradients: summed to their owner
@@ -229,7 +258,10 @@ void Transformer::layer_backward(Layer& L, Cache& c, float* dx, int b, int s, Co
   columns(dv.data(), dqkv.data(), n, width, ql + kvl, kvl, true);
   std::fill(da.begin(), da.end(), 0.0f);
   gather_tokens(a_full.data(), c.a.data(), n, tp);
-  kernels::matmul_backward(da.data(), L.qkv_w.grad.data(), grad_or_null(L.qkv_b), dqkv.data(), a_full.data(), L.qkv_w.value.data(), n, h, width);
+  kernels::matmul_backward(da.data(), L.qkv_w.grad.data(), grad_or_null(L.qkv_b),
+                           gemm_operand(fd, dqkv.data(), static_cast<int64_t>(dqkv.size()), true, tp),
+                           gemm_operand(fx, a_full.data(), full, false, tp),
+                           gemm_operand(fw, L.qkv_w.value.data(), L.qkv_w.size, false, tp), n, h, width);
   reduce_tokens(da_local.data(), da.data(), n, tp);
   norm_backward(L.ln1_w, L.ln1_b, dx, da_local.data(), c.x.data(), c.n1a.data(), c.n1b.data(), nl);
 }

@@ -1,5 +1,6 @@
 #include "kernels/cast.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -75,4 +76,24 @@ void unscale(float* x, long n, float scale) {
   for (long i = 0; i < n; ++i) x[i] *= inv;
 }
 
+float fp8_max(Fp8Format f) { return f == Fp8Format::kE4M3 ? 448.0f : 57344.0f; }
+
+void fp8_round(float* out, const float* in, long n, float scale, Fp8Format f) {
+  const int mantissa = f == Fp8Format::kE4M3 ? 3 : 2, min_exponent = f == Fp8Format::kE4M3 ? -6 : -14;
+  const double max = fp8_max(f);
+  for (long i = 0; i < n; ++i) {
+    const double v = static_cast<double>(in[i]) * scale;
+    if (v == 0 || !std::isfinite(v)) {
+      out[i] = in[i];
+      continue;
+    }
+    // The spacing of FP8 values around v: 2^(e - mantissa bits), fixed below the normal range.
+    const int e = std::max(static_cast<int>(std::floor(std::log2(std::fabs(v)))), min_exponent);
+    const double quantum = std::ldexp(1.0, e - mantissa);
+    const double q = std::clamp(std::nearbyint(v / quantum) * quantum, -max, max);  // ties to even
+    out[i] = static_cast<float>(q / scale);
+  }
+}
+
 }  // namespace parallax::kernels
+

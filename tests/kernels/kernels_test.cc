@@ -341,6 +341,30 @@ TEST(Cast, RoundToNearestEven) {
   EXPECT_EQ(h[2], 0xC100);  // -2.5 = -1.25 * 2^1
 }
 
+// FP8 rounding by hand. E4M3 near 1 has spacing 2^-3: 1.0625 = 8.5 steps rounds to even, 1.0;
+// 1.1875 = 9.5 steps to 10, 1.25; 500 saturates at 448; 2^-10 is half the smallest subnormal
+// (2^-9) and rounds to even, 0; with scale 2, 0.59375 x 2 = 1.1875 -> 1.25 -> 0.625. E5M2 near 1
+// has spacing 2^-2: 1.125 -> 1.0, 1.375 -> 1.5; 60000 saturates at 57,344.
+TEST(Cast, Fp8RoundsToNearestEvenAndSaturates) {
+  const float in[] = {1.0625f, 1.1875f, 500.0f, -500.0f, std::ldexp(1.0f, -10), 0.0f};
+  float out[6];
+  fp8_round(out, in, 6, 1.0f, Fp8Format::kE4M3);
+  EXPECT_FLOAT_EQ(out[0], 1.0f);
+  EXPECT_FLOAT_EQ(out[1], 1.25f);
+  EXPECT_FLOAT_EQ(out[2], 448.0f);
+  EXPECT_FLOAT_EQ(out[3], -448.0f);
+  EXPECT_FLOAT_EQ(out[4], 0.0f);
+  EXPECT_FLOAT_EQ(out[5], 0.0f);
+  const float scaled = 0.59375f;
+  fp8_round(out, &scaled, 1, 2.0f, Fp8Format::kE4M3);
+  EXPECT_FLOAT_EQ(out[0], 0.625f);
+  const float e5[] = {1.125f, 1.375f, 60000.0f};
+  fp8_round(out, e5, 3, 1.0f, Fp8Format::kE5M2);
+  EXPECT_FLOAT_EQ(out[0], 1.0f);
+  EXPECT_FLOAT_EQ(out[1], 1.5f);
+  EXPECT_FLOAT_EQ(out[2], 57344.0f);
+}
+
 TEST(Cast, OverflowCheckAndUnscale) {
   float g[] = {1.0f, 2.0f, 4.0f};
   EXPECT_FALSE(has_inf_or_nan(g, 3));

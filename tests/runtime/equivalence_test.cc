@@ -28,6 +28,7 @@ struct Layout {
   bool sp = false;
   int first_stage_layers = 0, last_stage_layers = 0;
   int cp = 1;  // context parallelism (cp_comm all-gather)
+  const char* precision = "fp32";  // or fp8: emulated FP8 GEMMs with current scaling
   int ranks() const { return tp * cp * pp * dp; }
 };
 
@@ -36,10 +37,10 @@ std::string write_plan(const Layout& l) {
   std::ofstream(path) << nlohmann::json{{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero", l.zero},
                                         {"micro_batch", l.micro_batch}, {"global_batch", 8}, {"seq_len", 16},
                                         {"schedule", l.schedule}, {"virtual_stages", l.chunks}, {"recompute", l.recompute},
-                                        {"sequence_parallel", l.sp}, {"precision", "fp32"},
+                                        {"sequence_parallel", l.sp}, {"precision", l.precision},
                                         {"first_stage_layers", l.first_stage_layers},
                                         {"last_stage_layers", l.last_stage_layers}, {"cp", l.cp},
-                                        {"execution", {{"cp_comm", "all-gather"}}}}
+                                        {"execution", {{"cp_comm", "all-gather"}, {"fp8_recipe", "current"}}}}
                              .dump();
   return path;
 }
@@ -162,6 +163,24 @@ TEST(Equivalence, ContextParallel) {
   expect_same_training("tiny-llama", cp({1, 2, 1, 2, "1f1b", 1, 0, "full"}, 2));           // PP, full recompute
   expect_same_training("tiny-llama", cp({1, 1, 2, 4, "1f1b", 1, 1}, 2));                   // ZeRO-1 over cp x dp
   expect_same_training("tiny-nemotron", cp({1, 1, 1, 8}, 2));                            // partial rotary
+}
+
+// FP8: the GEMM operands rounded to E4M3 / E5M2 with current scaling, amax over the TP and CP
+// ranks that share a tensor — so TP and CP train to the FP8 single rank's losses — and, being
+// rounded, close to but not equal to fp32's.
+TEST(Equivalence, Fp8) {
+  Layout one{1, 1, 1, 8};
+  one.precision = "fp8";
+  const std::vector<double> fp8 = losses("tiny-llama", one), fp32 = losses("tiny-llama", Layout{1, 1, 1, 8});
+  ASSERT_EQ(fp8.size(), 5u);
+  ASSERT_EQ(fp32.size(), 5u);
+  EXPECT_NE(fp8[0], fp32[0]);
+  for (size_t i = 0; i < 5; ++i) EXPECT_LE(std::abs(fp8[i] / fp32[i] - 1), 1e-3) << "step " << i + 1;
+  Layout split{2, 1, 1, 8, "1f1b", 1, 0, "none", true};
+  split.cp = 2, split.precision = "fp8";
+  const std::vector<double> got = losses("tiny-llama", split);
+  ASSERT_EQ(got.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_LE(std::abs(got[i] / fp8[i] - 1), 1e-5) << "tp 2 cp 2 step " << i + 1;
 }
 
 }  // namespace
