@@ -28,9 +28,13 @@ std::string model_gap(const ModelSpec& m) {
 Status check_runtime_support(const ModelSpec& m, const Plan& p) {
   auto no = [](const std::string& what) { return Error{"the CPU runtime does not execute " + what + " yet"}; };
   if (std::string gap = model_gap(m); !gap.empty()) return no(gap);
-  if (m.is_moe())  // training it as a dense model would be silently wrong
-    return no("mixture-of-experts models (" + m.name + " has " + std::to_string(m.experts) +
-              " experts; expert parallelism is not built)");
+  if (m.is_moe()) {  // Mixtral's MoE: a router, top-k, SwiGLU experts, dropless
+    if (m.shared_ffn_hidden > 0 || m.dense_layers > 0 || m.is_mla() || m.router_bias)
+      return no("shared experts, leading dense layers or latent attention (" + m.name + "; Mixtral-style MoE runs)");
+    if (p.ep > 1 && p.zero > 0) return no("expert parallelism with ZeRO-" + std::to_string(p.zero) + " (it runs EP with zero 0)");
+    if (p.execution.moe_capacity_factor > 0) return no("an expert capacity factor (its MoE layers are dropless)");
+    if (p.precision == Precision::kFp8) return no("FP8 in mixture-of-experts layers");
+  }
   if (p.cp > 1 && p.execution.cp_comm != CpComm::kAllGather)
     return no(std::string("context parallelism with cp_comm ") + cp_comm_name(p.execution.cp_comm) +
               " (it runs cp_comm all-gather)");

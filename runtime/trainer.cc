@@ -30,7 +30,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   const RankCoords rc = grid.coords(world.rank());
   Result<Transformer> model = Transformer::create(m, static_cast<int>(plan.tp), rc.tp, options.seed,
                                                   static_cast<int>(plan.pp), rc.pp, static_cast<int>(plan.virtual_stages),
-                                                  plan.uneven() ? plan.chunk_layers(m.layers, rc.pp) : Plan::LayerRange{});
+                                                  plan.uneven() ? plan.chunk_layers(m.layers, rc.pp) : Plan::LayerRange{},
+                                                  static_cast<int>(plan.ep), grid.group(GroupKind::kEp, world.rank()).key);
   if (!model.ok()) return Error{model.error()};
   model->set_recompute(plan.recompute);
   model->set_sequence_parallel(plan.sequence_parallel);
@@ -49,9 +50,17 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   t->pp_ = split(GroupKind::kPp);
   t->embedding_ = split(GroupKind::kEmbedding);
   t->cp_ = split(GroupKind::kCp);
+  t->ep_ = split(GroupKind::kEp);
+  t->expert_dp_ = split(GroupKind::kExpertDp);
+  t->model_.set_expert_communicator(t->ep_.get());
   t->model_.set_context_parallel(static_cast<int>(plan.cp), rc.cp, static_cast<int>(plan.seq_len), t->cp_.get());
   std::vector<std::vector<Param*>> chunks;
-  for (int c = 0; c < t->model_.chunks(); ++c) chunks.push_back(t->model_.chunk_params(c));
+  for (int c = 0; c < t->model_.chunks(); ++c) {  // EP: the experts reduce over their own ranks instead
+    std::vector<Param*> dense;
+    for (Param* p : t->model_.chunk_params(c))
+      if (!p->expert) dense.push_back(p);
+    chunks.push_back(std::move(dense));
+  }
   t->layout_ = std::make_unique<FlatLayout>(std::move(chunks), dp_buckets_per_chunk(m, plan, rc.pp));
   const int64_t boundary =
       static_cast<int64_t>(t->model_.local_tokens(static_cast<int>(plan.micro_batch * plan.seq_len / plan.cp))) * m.hidden;
@@ -185,6 +194,11 @@ void Trainer::collective(const ProgramOp& op) {
       if (mine) embedding_->all_reduce(mine->grad.data(), static_cast<int64_t>(mine->grad.size()), ReduceOp::kSum);
       return;
     }
+    case CollectiveRole::kExpertGradients:  // EP with ZeRO 0: all-reduced over the expert data-parallel ranks
+      for (Param* p : model_.chunk_params(op.chunk))
+        if (p->expert) expert_dp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
+      return;
+    case CollectiveRole::kExpertWeights:  // EP with ZeRO-1 is refused by check_runtime_support
     case CollectiveRole::kReplicaReduce:  // hybrid sharding is refused by check_runtime_support
     case CollectiveRole::kNone: return;
   }
@@ -209,15 +223,18 @@ bool Trainer::counted(const Param* p) {
 // The sum of squares of the gradients over all ranks, from full gradients (ZeRO 0) or this rank's
 // shard; an inf or NaN anywhere reaches every rank alike.
 double Trainer::gradient_sumsq() {
-  double local = 0;
+  double local = 0, experts = 0;
   if (zero_) {
     local = zero_->shard_sumsq();
   } else {
     for (Param* p : model_.params())
       if (counted(p))
-        for (float g : p->grad) local += static_cast<double>(g) * g;
+        for (float g : p->grad) (p->expert ? experts : local) += static_cast<double>(g) * g;
   }
-  float sumsq = static_cast<float>(local);
+  // EP: each rank of an EP group holds different experts, but the same dense weights.
+  float expert_sumsq = static_cast<float>(experts);
+  ep_->all_reduce(&expert_sumsq, 1, ReduceOp::kSum);
+  float sumsq = static_cast<float>(local) + expert_sumsq;
   tp_->all_reduce(&sumsq, 1, ReduceOp::kSum);
   pp_->all_reduce(&sumsq, 1, ReduceOp::kSum);
   if (zero_) dp_->all_reduce(&sumsq, 1, ReduceOp::kSum);

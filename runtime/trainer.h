@@ -114,6 +114,7 @@ class Trainer : private StepBackend {
   std::unique_ptr<TimedCommunicator> tp_;
   std::unique_ptr<Communicator> dp_, pp_, embedding_;  // embedding_: first + last stage
   std::unique_ptr<Communicator> cp_;                  // the ranks sharing each sequence
+  std::unique_ptr<Communicator> ep_, expert_dp_;      // EP: token exchange; the ranks holding the same experts
   std::unique_ptr<FlatLayout> layout_;
   std::vector<Buffer> adam_m_, adam_v_;          // ZeRO 0
   std::unique_ptr<DistributedOptimizer> zero_;  // ZeRO 1, 2 and 3

@@ -32,9 +32,12 @@ int64_t padded_vocab(const ModelSpec& m) {
 }
 
 Result<Transformer> Transformer::create(const ModelSpec& m, int tp, int tp_rank, uint64_t seed, int pp, int pp_rank,
-                                        int chunks, Plan::LayerRange stage_layers) {
+                                        int chunks, Plan::LayerRange stage_layers, int ep, int ep_rank) {
   Transformer t;
   t.m_ = m;
+  if (m.experts % ep != 0) return Error{"ep " + std::to_string(ep) + " must divide the experts"};
+  t.ep_ = ep;
+  t.ep_rank_ = ep_rank;
   t.tp_ = tp;
   t.tp_rank_ = tp_rank;
   t.pp_ = pp;
@@ -109,6 +112,7 @@ void Transformer::init_layer(Layer& L, int64_t index, uint64_t seed) {
   make(L.proj_w, n + "proj.w", h * q_local_, false, ParamRole::kMatrix);
   fill_normal(L.proj_w.value.data(), h, q_local_, 0, tp_rank_ * q_local_, q, seed, id + 1, out_std);
   if (m_.linear_bias) make(L.proj_b, n + "proj.b", h, true, ParamRole::kBias);
+  if (m_.is_moe()) return init_experts(L, n, index, seed);
   // FC1: this rank's rows (for SwiGLU, of the gate block and of the up block).
   make(L.fc1_w, n + "fc1.w", fc1_local_ * h, false, ParamRole::kMatrix);
   fill_normal(L.fc1_w.value.data(), ffn_local_, h, tp_rank_ * ffn_local_, 0, h, seed, id + 2, kInitStd);
@@ -120,15 +124,21 @@ void Transformer::init_layer(Layer& L, int64_t index, uint64_t seed) {
   if (m_.linear_bias) make(L.fc2_b, n + "fc2.b", h, true, ParamRole::kBias);
 }
 
+std::vector<Param*> Transformer::Layer::params() {
+  std::vector<Param*> out;
+  for (Param* p : {&ln1_w, &ln1_b, &qkv_w, &qkv_b, &proj_w, &proj_b, &ln2_w, &ln2_b, &fc1_w, &fc1_b, &fc2_w, &fc2_b, &router})
+    if (!p->empty()) out.push_back(p);
+  for (size_t e = 0; e < expert_fc1.size(); ++e) out.push_back(&expert_fc1[e]), out.push_back(&expert_fc2[e]);
+  return out;
+}
+
 std::vector<Param*> Transformer::params() {
   std::vector<Param*> out;
   for (Param* p : {&wte_, &wpe_, &lnf_w_, &lnf_b_, &head_})
     if (!p->empty()) out.push_back(p);
   for (auto& chunk : layers_)
     for (Layer& L : chunk)
-      for (Param* p : {&L.ln1_w, &L.ln1_b, &L.qkv_w, &L.qkv_b, &L.proj_w, &L.proj_b, &L.ln2_w, &L.ln2_b, &L.fc1_w,
-                       &L.fc1_b, &L.fc2_w, &L.fc2_b})
-        if (!p->empty()) out.push_back(p);
+      for (Param* p : L.params()) out.push_back(p);
   return out;
 }
 
@@ -139,9 +149,7 @@ std::vector<Param*> Transformer::chunk_params(int chunk) {
   };
   if (first_stage(chunk)) add(&wte_), add(&wpe_);
   for (Layer& L : layers_[chunk])
-    for (Param* p : {&L.ln1_w, &L.ln1_b, &L.qkv_w, &L.qkv_b, &L.proj_w, &L.proj_b, &L.ln2_w, &L.ln2_b, &L.fc1_w,
-                     &L.fc1_b, &L.fc2_w, &L.fc2_b})
-      add(p);
+    for (Param* p : L.params()) add(p);
   if (last_stage(chunk)) add(&lnf_w_), add(&lnf_b_), add(&head_);
   return out;
 }

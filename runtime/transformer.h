@@ -46,6 +46,7 @@ struct Param {
   ParamRole role = ParamRole::kMatrix;
   bool tp_replicated = false;  // every TP rank holds the same values (norms, row biases, positions)
   bool sp_partial = false;     // a norm parameter: with SP its gradient is a partial sum over TP
+  bool expert = false;         // a routed expert's under EP: reduced over the expert data-parallel ranks
   int64_t size = 0;            // elements; `value` may be released between uses under ZeRO-3
   bool empty() const { return size == 0; }
 };
@@ -56,8 +57,10 @@ class Transformer {
   // same model); errors name the dimension TP does not divide.
   // `stage_layers`: this stage's layers when the pipeline is uneven (one chunk); count 0 = an
   // equal share per chunk.
+  // MoE models: each rank holds experts [ep_rank, ep_rank + 1) x experts / ep of every MoE layer.
   static Result<Transformer> create(const ModelSpec& m, int tp, int tp_rank, uint64_t seed, int pp = 1,
-                                    int pp_rank = 0, int chunks = 1, Plan::LayerRange stage_layers = {});
+                                    int pp_rank = 0, int chunks = 1, Plan::LayerRange stage_layers = {}, int ep = 1,
+                                    int ep_rank = 0);
 
   std::vector<Param*> params();
   // The parameters of one model chunk: its layers, and the embedding (first virtual stage) or the
@@ -94,6 +97,11 @@ class Transformer {
   void set_sequence_parallel(bool on) { sequence_parallel_ = on && tp_ > 1; }
   bool sequence_parallel() const { return sequence_parallel_; }
   int local_tokens(int n) const { return sequence_parallel_ ? n / tp_ : n; }
+  // Expert parallelism: the communicator of the ep ranks that exchange tokens (MoE models; the
+  // ranks of `create`'s ep). Each MoE layer routes every token to its top-k experts (softmax over
+  // the router's logits, the k largest — ties to the lower expert — renormalized), sends each
+  // routed copy to the rank holding its expert and the expert's output back (dropless).
+  void set_expert_communicator(Communicator* comm) { ep_comm_ = comm; }
   // FP8 (current scaling): the linear layers' GEMM operands are rounded as Transformer Engine
   // casts them — inputs and weights to E4M3, output gradients to E5M2 — each tensor scaled so that
   // its amax (over the TP and CP ranks that share it) maps to the format's largest value.
@@ -112,6 +120,9 @@ class Transformer {
  private:
   struct Layer {
     Param ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+    Param router;                            // MoE: [experts, h], replicated
+    std::vector<Param> expert_fc1, expert_fc2;  // MoE: this rank's experts, TP-sharded like fc1/fc2
+    std::vector<Param*> params();
   };
   struct Cache;  // one layer's saved activations
 
@@ -122,6 +133,17 @@ class Transformer {
                      const float* stat_b, int n) const;
   void layer_forward(Layer& layer, Cache& c, float* x, int b, int s, Communicator& tp) const;
   void layer_backward(Layer& layer, Cache& c, float* dx, int b, int s, Communicator& tp) const;
+  // The MLP of n tokens (full over TP): y (partial over TP) from the second norm's output a; the
+  // backward accumulates da (partial over TP) from dy (full).
+  void mlp_forward(Layer& layer, Cache& c, const float* a, float* y, int n, Communicator& tp) const;
+  // `a` is scratch the backward gathers the second norm's output into again (SP keeps only this
+  // rank's tokens).
+  void mlp_backward(Layer& layer, Cache& c, const float* dy, float* a, float* da, int n, Communicator& tp) const;
+  void moe_forward(Layer& layer, Cache& c, const float* a, float* y, int n, Communicator& tp) const;
+  void moe_backward(Layer& layer, Cache& c, const float* dy, float* a, float* da, int n, Communicator& tp) const;
+  void init_experts(Layer& layer, const std::string& name, int64_t index, uint64_t seed);
+  // EP: sends rows[d] (of `width` floats) to EP rank d; returns what each rank sent here.
+  std::vector<Buffer> exchange(std::vector<Buffer>& rows, int64_t width) const;
   void gather_tokens(float* full, const float* local, int n, Communicator& tp) const;
   // With FP8 the rounded copy of a GEMM operand of n values (kept alive in `keep`); else `x`.
   const float* gemm_operand(Buffer& keep, const float* x, int64_t n, bool gradient, Communicator& tp) const;
@@ -146,6 +168,8 @@ class Transformer {
   Recompute recompute_ = Recompute::kNone;
   bool sequence_parallel_ = false;
   bool fp8_ = false;
+  int ep_ = 1, ep_rank_ = 0;
+  Communicator* ep_comm_ = nullptr;
   int cp_ = 1, cp_rank_ = 0;
   Communicator* cp_comm_ = nullptr;
   std::vector<int> positions_;  // CP: this rank's token positions in a sequence

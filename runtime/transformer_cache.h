@@ -16,6 +16,14 @@ struct Transformer::Cache {
   Buffer x1;             // residual stream after attention
   Buffer n2a, n2b, a2;   // second norm
   Buffer u, g;           // FC1 output and activation output
+  // MoE: the router's probabilities (n x E), each token's top-k experts and combine weights, the
+  // expert output of each routed copy (n x k x h, partial over TP), which copies went to which EP
+  // rank, and per local expert the rows it received (source rank, index) and its activations.
+  Buffer gate_p, gate_w, routed_y;
+  std::vector<int> topk;
+  std::vector<std::vector<int>> sent;  // per EP rank: the (token * k + slot) copies, in order
+  std::vector<std::vector<std::pair<int, int>>> expert_rows;
+  std::vector<Buffer> expert_x, expert_u, expert_g;
 };
 
 struct Transformer::MicroBatch {

@@ -172,19 +172,42 @@ void Transformer::layer_forward(Layer& L, Cache& c, float* x, int b, int s, Comm
   c.n2a.resize(nl), c.n2b.resize(nl), c.a2.resize(local);
   norm_forward(L.ln2_w, L.ln2_b, c.a2.data(), c.n2a.data(), c.n2b.data(), x, nl);
   gather_tokens(a_full.data(), c.a2.data(), n, tp);
-  c.u.resize(static_cast<int64_t>(n) * fc1_local_), c.g.resize(static_cast<int64_t>(n) * ffn_local_);
-  kernels::matmul_forward(c.u.data(), gemm_operand(fx, a_full.data(), full, false, tp),
-                          gemm_operand(fw, L.fc1_w.value.data(), L.fc1_w.size, false, tp), or_null(L.fc1_b), n, h,
-                          static_cast<int>(fc1_local_));
-  if (m_.mlp == Mlp::kSwiGlu) kernels::swiglu_forward(c.g.data(), c.u.data(), n, static_cast<int>(ffn_local_));
-  else if (m_.mlp == Mlp::kSquaredRelu) kernels::relu2_forward(c.g.data(), c.u.data(), static_cast<long>(c.u.size()));
-  else kernels::gelu_forward(c.g.data(), c.u.data(), static_cast<long>(c.u.size()));
-  kernels::matmul_forward(y.data(), gemm_operand(fx, c.g.data(), static_cast<int64_t>(c.g.size()), false, tp),
-                          gemm_operand(fw, L.fc2_w.value.data(), L.fc2_w.size, false, tp), nullptr, n,
-                          static_cast<int>(ffn_local_), h);
+  if (m_.is_moe()) moe_forward(L, c, a_full.data(), y.data(), n, tp);
+  else mlp_forward(L, c, a_full.data(), y.data(), n, tp);
   reduce_tokens(y_local.data(), y.data(), n, tp);
   add_bias(y_local.data(), L.fc2_b, nl, h);
   add(x, y_local.data(), local);
+}
+
+void Transformer::mlp_forward(Layer& L, Cache& c, const float* a, float* y, int n, Communicator& tp) const {
+  const int h = static_cast<int>(m_.hidden), fl = static_cast<int>(ffn_local_), f1 = static_cast<int>(fc1_local_);
+  Buffer fx, fw;
+  c.u.resize(static_cast<int64_t>(n) * f1), c.g.resize(static_cast<int64_t>(n) * fl);
+  kernels::matmul_forward(c.u.data(), gemm_operand(fx, a, static_cast<int64_t>(n) * h, false, tp),
+                          gemm_operand(fw, L.fc1_w.value.data(), L.fc1_w.size, false, tp), or_null(L.fc1_b), n, h, f1);
+  if (m_.mlp == Mlp::kSwiGlu) kernels::swiglu_forward(c.g.data(), c.u.data(), n, fl);
+  else if (m_.mlp == Mlp::kSquaredRelu) kernels::relu2_forward(c.g.data(), c.u.data(), static_cast<long>(c.u.size()));
+  else kernels::gelu_forward(c.g.data(), c.u.data(), static_cast<long>(c.u.size()));
+  kernels::matmul_forward(y, gemm_operand(fx, c.g.data(), static_cast<int64_t>(c.g.size()), false, tp),
+                          gemm_operand(fw, L.fc2_w.value.data(), L.fc2_w.size, false, tp), nullptr, n, fl, h);
+}
+
+void Transformer::mlp_backward(Layer& L, Cache& c, const float* dy, float* a, float* da, int n,
+                               Communicator& tp) const {
+  const int h = static_cast<int>(m_.hidden), fl = static_cast<int>(ffn_local_), f1 = static_cast<int>(fc1_local_);
+  Buffer dg(static_cast<int64_t>(n) * fl, 0.0f), du(static_cast<int64_t>(n) * f1, 0.0f), fd, fx, fw;
+  kernels::matmul_backward(dg.data(), L.fc2_w.grad.data(), grad_or_null(L.fc2_b),
+                           gemm_operand(fd, dy, static_cast<int64_t>(n) * h, true, tp),
+                           gemm_operand(fx, c.g.data(), static_cast<int64_t>(c.g.size()), false, tp),
+                           gemm_operand(fw, L.fc2_w.value.data(), L.fc2_w.size, false, tp), n, fl, h);
+  if (m_.mlp == Mlp::kSwiGlu) kernels::swiglu_backward(du.data(), c.u.data(), dg.data(), n, fl);
+  else if (m_.mlp == Mlp::kSquaredRelu) kernels::relu2_backward(du.data(), c.u.data(), dg.data(), static_cast<long>(du.size()));
+  else kernels::gelu_backward(du.data(), c.u.data(), dg.data(), static_cast<long>(du.size()));
+  gather_tokens(a, c.a2.data(), n, tp);
+  kernels::matmul_backward(da, L.fc1_w.grad.data(), grad_or_null(L.fc1_b),
+                           gemm_operand(fd, du.data(), static_cast<int64_t>(du.size()), true, tp),
+                           gemm_operand(fx, a, static_cast<int64_t>(n) * h, false, tp),
+                           gemm_operand(fw, L.fc1_w.value.data(), L.fc1_w.size, false, tp), n, h, f1);
 }
 
 void Transformer::drop_for_recompute(Cache& c) const {
@@ -213,25 +236,14 @@ void Transformer::layer_backward(Layer& L, Cache& c, float* dx, int b, int s, Co
   const int nl = local_tokens(n);
   const int ql = static_cast<int>(q_local_), kvl = static_cast<int>(kv_local_), width = ql + 2 * kvl;
   const int heads = static_cast<int>(m_.heads / tp_), kv_heads = static_cast<int>(m_.kv_heads / tp_);
-  const int fl = static_cast<int>(ffn_local_), f1 = static_cast<int>(fc1_local_);
   const int64_t full = static_cast<int64_t>(n) * h;
   // MLP: dx is the gradient of the layer output = of the FC2 output and of the residual.
-  Buffer dy(full), a_full(full), dg(static_cast<int64_t>(n) * fl, 0.0f), du(static_cast<int64_t>(n) * f1, 0.0f),
-      da(full, 0.0f), da_local(static_cast<int64_t>(nl) * h);
+  Buffer dy(full), a_full(full), da(full, 0.0f), da_local(static_cast<int64_t>(nl) * h);
   gather_tokens(dy.data(), dx, n, tp);
-  Buffer fd, fx, fw;  // FP8: the rounded operands
-  kernels::matmul_backward(dg.data(), L.fc2_w.grad.data(), grad_or_null(L.fc2_b), gemm_operand(fd, dy.data(), full, true, tp),
-                           gemm_operand(fx, c.g.data(), static_cast<int64_t>(c.g.size()), false, tp),
-                           gemm_operand(fw, L.fc2_w.value.data(), L.fc2_w.size, false, tp), n, fl, h);
-  if (m_.mlp == Mlp::kSwiGlu) kernels::swiglu_backward(du.data(), c.u.data(), dg.data(), n, fl);
-  else if (m_.mlp == Mlp::kSquaredRelu) kernels::relu2_backward(du.data(), c.u.data(), dg.data(), static_cast<long>(du.size()));
-  else kernels::gelu_backward(du.data(), c.u.data(), dg.data(), static_cast<long>(du.size()));
-  gather_tokens(a_full.data(), c.a2.data(), n, tp);  // SP keeps only this rank's tokens: gather again
-  kernels::matmul_backward(da.data(), L.fc1_w.grad.data(), grad_or_null(L.fc1_b),
-                           gemm_operand(fd, du.data(), static_cast<int64_t>(du.size()), true, tp),
-                           gemm_operand(fx, a_full.data(), full, false, tp),
-                           gemm_operand(fw, L.fc1_w.value.data(), L.fc1_w.size, false, tp), n, h, f1);
+  if (m_.is_moe()) moe_backward(L, c, dy.data(), a_full.data(), da.data(), n, tp);
+  else mlp_backward(L, c, dy.data(), a_full.data(), da.data(), n, tp);
   reduce_tokens(da_local.data(), da.data(), n, tp);  // column-parallel: partial input gradients
+  Buffer fd, fx, fw;  // FP8: the rounded operands
   norm_backward(L.ln2_w, L.ln2_b, dx, da_local.data(), c.x1.data(), c.n2a.data(), c.n2b.data(), nl);
   // Attention: dx is now the gradient of x1 = of the projection output and of the residual.
   Buffer d_o(c.o.size(), 0.0f), dq(c.q.size(), 0.0f), dk(c.k.size(), 0.0f), dv(c.v.size(), 0.0f);

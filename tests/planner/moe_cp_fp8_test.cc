@@ -305,6 +305,15 @@ TEST(RuntimeSupport, RefusesWhatIsNotBuilt) {
   p.precision = Precision::kFp8;
   EXPECT_NE(check_runtime_support(llama, p).error().find("fp8"), std::string::npos);
   EXPECT_NE(check_gpu_support(llama, p, true).error().find("fp8"), std::string::npos);
+  // Mixtral-style MoE trains with EP and ZeRO 0; DeepSeek's shared experts and MLA do not.
+  const ModelSpec mixtral = load("mixtral-8x7b");
+  Plan e = plan(1, 1, 2, 2, 4096);
+  EXPECT_TRUE(check_runtime_support(mixtral, e).ok());
+  e.zero = 1;
+  EXPECT_NE(check_runtime_support(mixtral, e).error().find("ZeRO-1"), std::string::npos);
+  EXPECT_NE(check_runtime_support(load("deepseek-v2-lite"), plan(1, 1, 2, 2, 4096)).error().find("shared experts"),
+            std::string::npos);
+  EXPECT_FALSE(check_gpu_support(mixtral, plan(1, 1, 2, 2, 4096), true).ok());
 }
 
 }  // namespace

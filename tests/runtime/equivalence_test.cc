@@ -29,6 +29,7 @@ struct Layout {
   int first_stage_layers = 0, last_stage_layers = 0;
   int cp = 1;  // context parallelism (cp_comm all-gather)
   const char* precision = "fp32";  // or fp8: emulated FP8 GEMMs with current scaling
+  int ep = 1;                      // expert parallelism (MoE models), over the cp x dp ranks
   int ranks() const { return tp * cp * pp * dp; }
 };
 
@@ -39,7 +40,7 @@ std::string write_plan(const Layout& l) {
                                         {"schedule", l.schedule}, {"virtual_stages", l.chunks}, {"recompute", l.recompute},
                                         {"sequence_parallel", l.sp}, {"precision", l.precision},
                                         {"first_stage_layers", l.first_stage_layers},
-                                        {"last_stage_layers", l.last_stage_layers}, {"cp", l.cp},
+                                        {"last_stage_layers", l.last_stage_layers}, {"cp", l.cp}, {"ep", l.ep},
                                         {"execution", {{"cp_comm", "all-gather"}, {"fp8_recipe", "current"}}}}
                              .dump();
   return path;
@@ -68,7 +69,7 @@ void expect_same_training(const std::string& model, const Layout& l) {
   const std::vector<double> got = losses(model, l);
   const std::string what = model + " tp " + std::to_string(l.tp) + " pp " + std::to_string(l.pp) + " dp " +
                            std::to_string(l.dp) + " " + l.schedule + " zero " + std::to_string(l.zero) + " recompute " +
-                           l.recompute + (l.sp ? " SP" : "") + " cp " + std::to_string(l.cp);
+                           l.recompute + (l.sp ? " SP" : "") + " cp " + std::to_string(l.cp) + " ep " + std::to_string(l.ep);
   ASSERT_EQ(got.size(), 5u) << what;
   ASSERT_EQ(ref.size(), 5u);
   EXPECT_LE(std::abs(got[0] / ref[0] - 1), 1e-5) << what;
@@ -181,6 +182,23 @@ TEST(Equivalence, Fp8) {
   const std::vector<double> got = losses("tiny-llama", split);
   ASSERT_EQ(got.size(), 5u);
   for (size_t i = 0; i < 5; ++i) EXPECT_LE(std::abs(got[i] / fp8[i] - 1), 1e-5) << "tp 2 cp 2 step " << i + 1;
+}
+
+// Expert parallelism (Mixtral-style MoE, top-2 of 4 experts): each rank holds experts / ep of
+// every MoE layer, sends each routed copy of a token to its expert's rank and gets the output
+// back; the experts' gradients reduce over the ranks holding the same experts.
+TEST(Equivalence, ExpertParallel) {
+  auto ep = [](Layout l, int degree, int cp = 1) {
+    l.ep = degree, l.cp = cp;
+    return l;
+  };
+  expect_same_training("tiny-mixtral", ep({1, 1, 2, 4}, 1));   // MoE without EP: experts are dense weights
+  expect_same_training("tiny-mixtral", ep({1, 1, 2, 4}, 2));
+  expect_same_training("tiny-mixtral", ep({1, 1, 4, 2}, 4));   // one expert per rank
+  expect_same_training("tiny-mixtral", ep({1, 1, 4, 2}, 2));   // experts' gradients over 2 ranks
+  expect_same_training("tiny-mixtral", ep({2, 1, 2, 4, "1f1b", 1, 0, "none", true}, 2));  // TP + SP
+  expect_same_training("tiny-mixtral", ep({1, 2, 2, 2, "1f1b", 1, 0, "full"}, 2));       // PP, full recompute
+  expect_same_training("tiny-mixtral", ep({1, 1, 1, 8}, 2, 2));                          // EP over CP ranks
 }
 
 }  // namespace

@@ -119,10 +119,11 @@ TEST(Trainer, RefusesWhatItCannotRunYet) {
   EXPECT_EQ(check_runtime_support(m, p).error(), "the CPU runtime does not execute offload yet");
   p.offload = false;
   EXPECT_TRUE(check_runtime_support(m, p).ok());
-  m.experts = 8;  // a Mixtral-style model: refused, not trained as a dense one
+  m.experts = 8, m.shared_ffn_hidden = 64;  // shared experts: refused, not trained without them
   EXPECT_EQ(check_runtime_support(m, p).error(),
-            "the CPU runtime does not execute mixture-of-experts models (tiny-llama has 8 experts; expert "
-            "parallelism is not built) yet");
+            "the CPU runtime does not execute shared experts, leading dense layers or latent attention (tiny-llama; "
+            "Mixtral-style MoE runs) yet");
+  m.shared_ffn_hidden = 0;
   // Settings only the cost model knows are refused, never silently run another way.
   m.experts = 1;
   p.recompute = Recompute::kSelective, p.execution.selective = SelectiveRecompute::kOps;
