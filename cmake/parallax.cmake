@@ -16,7 +16,9 @@ function(parallax_add_test name)
   if(ARG_SERIAL)
     list(APPEND props RUN_SERIAL TRUE)
   endif()
-  gtest_discover_tests(${name} PROPERTIES ${props})
+  # Listing a CUDA test binary's tests starts the CUDA runtime, which took over the default 5 s on a
+  # loaded 2-core machine and failed the build.
+  gtest_discover_tests(${name} PROPERTIES ${props} DISCOVERY_TIMEOUT 60)
 endfunction()
 
 # parallax_add_bench(NAME SOURCES... LIBS libs...)

@@ -35,9 +35,8 @@ Status check_runtime_support(const ModelSpec& m, const Plan& p) {
     if (p.execution.moe_capacity_factor > 0) return no("an expert capacity factor (its MoE layers are dropless)");
     if (p.precision == Precision::kFp8) return no("FP8 in mixture-of-experts layers");
   }
-  if (p.cp > 1 && p.execution.cp_comm != CpComm::kAllGather)
-    return no(std::string("context parallelism with cp_comm ") + cp_comm_name(p.execution.cp_comm) +
-              " (it runs cp_comm all-gather)");
+  if (p.cp > 1 && p.execution.cp_comm == CpComm::kAllToAll)
+    return no("context parallelism with cp_comm a2a (it runs the p2p ring and all-gather)");
   if (p.cp > 1 && m.positions != Positions::kRotary) return no("context parallelism with learned positions");
   if (p.precision == Precision::kFp8 && p.execution.fp8_recipe != Fp8Recipe::kCurrent)
     return no("precision fp8 with delayed scaling (it emulates current scaling: fp8_recipe current)");

@@ -53,7 +53,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   t->ep_ = split(GroupKind::kEp);
   t->expert_dp_ = split(GroupKind::kExpertDp);
   t->model_.set_expert_communicator(t->ep_.get());
-  t->model_.set_context_parallel(static_cast<int>(plan.cp), rc.cp, static_cast<int>(plan.seq_len), t->cp_.get());
+  t->model_.set_context_parallel(static_cast<int>(plan.cp), rc.cp, static_cast<int>(plan.seq_len), t->cp_.get(),
+                                 plan.execution.cp_comm == CpComm::kP2p);
   std::vector<std::vector<Param*>> chunks;
   for (int c = 0; c < t->model_.chunks(); ++c) {  // EP: the experts reduce over their own ranks instead
     std::vector<Param*> dense;

@@ -108,9 +108,11 @@ class Transformer {
   void set_fp8(bool on) { fp8_ = on; }
   // Context parallelism: this rank holds chunks r and 2 cp - 1 - r of the 2 cp equal chunks of
   // every sequence (Megatron-Core's causal load balancing); forward and backward then take the
-  // local length seq_len / cp. Each layer all-gathers K and V over `comm` for the local queries
-  // and reduce-scatters their gradients back (cp_comm all-gather).
-  void set_context_parallel(int cp, int cp_rank, int seq_len, Communicator* comm);
+  // local length seq_len / cp. Each layer brings every rank's K and V block to the local queries
+  // and sums their gradients back to the owners: over a ring of point-to-point steps (cp_comm
+  // p2p: cp - 1 steps each way, the blocks Megatron-Core's ring passes, though the attention runs
+  // after the last step rather than block by block), or by an all-gather and a reduce-scatter.
+  void set_context_parallel(int cp, int cp_rank, int seq_len, Communicator* comm, bool ring);
   // The positions in its sequence of each of this rank's seq_len / cp tokens.
   const std::vector<int>& context_positions() const { return positions_; }
 
@@ -171,6 +173,7 @@ class Transformer {
   int ep_ = 1, ep_rank_ = 0;
   Communicator* ep_comm_ = nullptr;
   int cp_ = 1, cp_rank_ = 0;
+  bool cp_ring_ = false;
   Communicator* cp_comm_ = nullptr;
   std::vector<int> positions_;  // CP: this rank's token positions in a sequence
   int64_t layers_per_chunk_ = 0;

@@ -72,8 +72,8 @@ void Transformer::reduce_tokens(float* local, float* full, int n, Communicator& 
   }
 }
 
-void Transformer::set_context_parallel(int cp, int cp_rank, int seq_len, Communicator* comm) {
-  cp_ = cp, cp_rank_ = cp_rank, cp_comm_ = comm;
+void Transformer::set_context_parallel(int cp, int cp_rank, int seq_len, Communicator* comm, bool ring) {
+  cp_ = cp, cp_rank_ = cp_rank, cp_comm_ = comm, cp_ring_ = ring;
   positions_.clear();
   if (cp <= 1) return;
   const int chunk = seq_len / (2 * cp);
@@ -100,12 +100,46 @@ kernels::AttentionShape Transformer::attention_shape(int b, int s) const {
   return a;
 }
 
+namespace {
+constexpr int kRingTag = 7101;
+
+// Every rank's block into `all` (rank order) over cp - 1 ring steps: each passes on the block it
+// received last to the next rank.
+void ring_gather(Communicator& c, float* all, const float* mine, int64_t block) {
+  const int n = c.size(), me = c.rank();
+  std::copy(mine, mine + block, all + me * block);
+  for (int step = 0, have = me; step < n - 1; ++step) {
+    const int from = (have - 1 + n) % n;
+    c.send_async(all + have * block, block, (me + 1) % n, kRingTag);
+    c.recv(all + from * block, block, (me - 1 + n) % n, kRingTag);
+    c.wait_sends();
+    have = from;
+  }
+}
+
+// Rank r's block of the sum over ranks of `all` into `out`: cp - 1 ring steps, each adding this
+// rank's part of the block passing through.
+void ring_reduce_scatter(Communicator& c, float* out, const float* all, int64_t block) {
+  const int n = c.size(), me = c.rank();
+  Buffer acc(all + ((me - 1 + n) % n) * block, all + ((me - 1 + n) % n + 1) * block), in(block);
+  for (int step = 0; step < n - 1; ++step) {
+    c.send_async(acc.data(), block, (me + 1) % n, kRingTag);
+    c.recv(in.data(), block, (me - 1 + n) % n, kRingTag);
+    c.wait_sends();
+    const float* own = all + ((me - step - 2 + 2 * n) % n) * block;
+    for (int64_t i = 0; i < block; ++i) acc[i] = in[i] + own[i];
+  }
+  std::copy(acc.begin(), acc.end(), out);
+}
+}  // namespace
+
 // Rank r' holds sequence chunks r' and 2 cp - 1 - r' (each s/2 of its s local rows): the rows'
 // places in the gathered sequence.
 void Transformer::gather_context(Buffer& full, const Buffer& local, int b, int s, int width) const {
   const int64_t block = static_cast<int64_t>(b) * s * width, half = static_cast<int64_t>(s / 2) * width;
   Buffer all(block * cp_);
-  cp_comm_->all_gather(all.data(), local.data(), block);
+  if (cp_ring_) ring_gather(*cp_comm_, all.data(), local.data(), block);
+  else cp_comm_->all_gather(all.data(), local.data(), block);
   full.assign(block * cp_, 0.0f);
   for (int r = 0; r < cp_; ++r)
     for (int bi = 0; bi < b; ++bi)
@@ -127,7 +161,8 @@ void Transformer::scatter_context(Buffer& local, const Buffer& full, int b, int 
         std::copy(from, from + half, all.data() + r * block + bi * static_cast<int64_t>(s) * width + k * half);
       }
   local.resize(block);
-  cp_comm_->reduce_scatter(local.data(), all.data(), block);
+  if (cp_ring_) ring_reduce_scatter(*cp_comm_, local.data(), all.data(), block);
+  else cp_comm_->reduce_scatter(local.data(), all.data(), block);
 }
 
 void Transformer::layer_forward(Layer& L, Cache& c, float* x, int b, int s, Communicator& tp) const {

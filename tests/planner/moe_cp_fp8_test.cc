@@ -296,9 +296,12 @@ TEST(Export, ExpertContextAndFp8Flags) {
 TEST(RuntimeSupport, RefusesWhatIsNotBuilt) {
   const ModelSpec llama = load("llama3-8b");
   Plan p = plan(1, 2, 1, 1, 4096);
-  EXPECT_NE(check_runtime_support(llama, p).error().find("cp_comm p2p"), std::string::npos);
-  p.execution.cp_comm = CpComm::kAllGather;  // the variant the CPU runtime executes
+  EXPECT_TRUE(check_runtime_support(llama, p).ok());  // the ring
+  p.execution.cp_comm = CpComm::kAllGather;
   EXPECT_TRUE(check_runtime_support(llama, p).ok());
+  p.execution.cp_comm = CpComm::kAllToAll;
+  EXPECT_NE(check_runtime_support(llama, p).error().find("cp_comm a2a"), std::string::npos);
+  p.execution.cp_comm = CpComm::kP2p;
   EXPECT_NE(check_runtime_support(load("gpt2"), p).error().find("learned positions"), std::string::npos);
   EXPECT_FALSE(check_gpu_support(llama, p, true).ok());
   p.cp = 1;

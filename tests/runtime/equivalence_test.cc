@@ -30,6 +30,7 @@ struct Layout {
   int cp = 1;  // context parallelism (cp_comm all-gather)
   const char* precision = "fp32";  // or fp8: emulated FP8 GEMMs with current scaling
   int ep = 1;                      // expert parallelism (MoE models), over the cp x dp ranks
+  const char* cp_comm = "all-gather";  // or p2p: K and V passed around a ring
   int ranks() const { return tp * cp * pp * dp; }
 };
 
@@ -41,7 +42,7 @@ std::string write_plan(const Layout& l) {
                                         {"sequence_parallel", l.sp}, {"precision", l.precision},
                                         {"first_stage_layers", l.first_stage_layers},
                                         {"last_stage_layers", l.last_stage_layers}, {"cp", l.cp}, {"ep", l.ep},
-                                        {"execution", {{"cp_comm", "all-gather"}, {"fp8_recipe", "current"}}}}
+                                        {"execution", {{"cp_comm", l.cp_comm}, {"fp8_recipe", "current"}}}}
                              .dump();
   return path;
 }
@@ -69,7 +70,7 @@ void expect_same_training(const std::string& model, const Layout& l) {
   const std::vector<double> got = losses(model, l);
   const std::string what = model + " tp " + std::to_string(l.tp) + " pp " + std::to_string(l.pp) + " dp " +
                            std::to_string(l.dp) + " " + l.schedule + " zero " + std::to_string(l.zero) + " recompute " +
-                           l.recompute + (l.sp ? " SP" : "") + " cp " + std::to_string(l.cp) + " ep " + std::to_string(l.ep);
+                           l.recompute + (l.sp ? " SP" : "") + " cp " + std::to_string(l.cp) + " " + l.cp_comm + " ep " + std::to_string(l.ep);
   ASSERT_EQ(got.size(), 5u) << what;
   ASSERT_EQ(ref.size(), 5u);
   EXPECT_LE(std::abs(got[0] / ref[0] - 1), 1e-5) << what;
@@ -151,13 +152,17 @@ TEST(Equivalence, Mixtures) {
   expect_same_training("tiny-llama", {2, 2, 2, 1, "zb-h1"});
 }
 
-// Context parallelism: each rank keeps chunks r and 2 cp - 1 - r of every sequence, all-gathers
-// K and V for its queries and reduce-scatters their gradients; dense gradients reduce over cp x dp.
+// Context parallelism: each rank keeps chunks r and 2 cp - 1 - r of every sequence, brings every
+// rank's K and V to its queries (all-gather, or a ring of point-to-point steps) and sums their
+// gradients back; dense gradients reduce over cp x dp.
 TEST(Equivalence, ContextParallel) {
-  auto cp = [](Layout l, int degree) {
-    l.cp = degree;
+  auto cp = [](Layout l, int degree, const char* comm = "all-gather") {
+    l.cp = degree, l.cp_comm = comm;
     return l;
   };
+  expect_same_training("tiny-llama", cp({1, 1, 1, 8}, 2, "p2p"));
+  expect_same_training("tiny-llama", cp({1, 1, 1, 4}, 4, "p2p"));
+  expect_same_training("tiny-llama", cp({2, 1, 1, 4, "1f1b", 1, 0, "selective", true}, 2, "p2p"));
   expect_same_training("tiny-llama", cp({1, 1, 1, 8}, 2));
   expect_same_training("tiny-llama", cp({1, 1, 1, 4}, 4));                             // 2 micro-batches
   expect_same_training("tiny-llama", cp({2, 1, 1, 4, "1f1b", 1, 0, "selective", true}, 2));  // TP + SP
