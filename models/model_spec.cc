@@ -112,14 +112,19 @@ void read_deepseek(JsonFields& f, ModelSpec& m) {
   m.experts = f.required_int("n_routed_experts");
   m.experts_per_token = f.required_int("num_experts_per_tok");
   m.ffn_hidden = f.required_int("moe_intermediate_size");
-  m.shared_ffn_hidden = f.optional_int("n_shared_experts", 0).value_or(0) * m.ffn_hidden;
+  const int64_t shared = f.optional_int("n_shared_experts", 0).value_or(0);
+  if (f.ok() && shared > 1024) f.fail("n_shared_experts", "is " + std::to_string(shared) + ", above the supported 1024");
+  if (f.ok()) m.shared_ffn_hidden = shared * m.ffn_hidden;
   m.dense_layers = f.optional_int("first_k_dense_replace", 0).value_or(0);
   if (f.optional_int("moe_layer_freq").value_or(1) != 1) f.fail("moe_layer_freq", "only 1 (every layer after the dense ones MoE) is supported");
   if (f.ok() && m.dense_layers >= m.layers) f.fail("first_k_dense_replace", "leaves no MoE layer");
   m.q_lora_rank = f.optional_int("q_lora_rank").value_or(0);  // null: Q straight from h (V2-Lite)
   m.kv_lora_rank = f.optional_int("kv_lora_rank").value_or(512);
   m.qk_rope_dim = f.optional_int("qk_rope_head_dim").value_or(64);
-  m.head_dim = f.optional_int("qk_nope_head_dim").value_or(128) + m.qk_rope_dim;
+  const int64_t nope = f.optional_int("qk_nope_head_dim").value_or(128);
+  for (const auto& [key, value] : {std::pair{"qk_rope_head_dim", m.qk_rope_dim}, {"qk_nope_head_dim", nope}})
+    if (f.ok() && value > (int64_t{1} << 24)) f.fail(key, "is " + std::to_string(value) + ", above the supported 2^24");
+  if (f.ok()) m.head_dim = nope + m.qk_rope_dim;
   m.v_head_dim = f.optional_int("v_head_dim").value_or(128);
   m.rotary_dims = m.qk_rope_dim;
   m.router_bias = f.optional_string("topk_method").value_or(m.model_type == "deepseek_v3" ? "noaux_tc" : "greedy") == "noaux_tc";
@@ -257,8 +262,12 @@ void check_sizes(JsonFields& f, const ModelSpec& m) {
   for (const auto& [what, value] : sizes) {
     if (value > kMaxDim) return f.fail(what, "is " + std::to_string(value) + ", above the supported 2^24");
   }
-  const double h = double(m.hidden), layer = h * (2.0 * double(m.q_dim() + m.kv_dim())) +
-                                             3.0 * double(m.experts) * h * double(m.ffn_hidden);
+  const double h = double(m.hidden), q = double(m.heads) * double(m.head_dim);
+  double layer = h * (2.0 * (q + double(m.kv_heads) * double(m.head_dim))) + 3.0 * double(m.experts) * h * double(m.ffn_hidden) +
+                 3.0 * h * double(m.shared_ffn_hidden + m.dense_ffn_hidden);
+  // MLA: the up-projections from the latents and the down-projections into them.
+  layer += double(m.kv_lora_rank) * (q + double(m.heads) * double(m.v_head_dim)) + double(m.q_lora_rank) * q +
+           h * double(m.kv_lora_rank + m.q_lora_rank + m.qk_rope_dim);
   const double params = double(m.layers) * layer + 2.0 * double(m.vocab) * h + double(m.max_positions) * h;
   if (params > 1e15) f.fail("model", "has about " + std::to_string(params) + " parameters, above the supported 10^15");
 }

@@ -84,11 +84,10 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   e.tp_exposed_s = d(mbs) * layers * lt.tp_comm_s;
 
   // Data parallel and ZeRO on the stage with the most parameters; with EP the experts' part
-  // reduces over its own ranks (expert_exchange below), without it they are dense weights.
+  // reduces over its own ranks (below), without it they are dense weights.
   const StageParams first_params = stage_param_split(m, plan, 0), last_params = stage_param_split(m, plan, p - 1);
-  StageParams split = first_params.total() >= last_params.total() ? first_params : last_params;
-  const double all_params = split.total();
-  if (plan.ep == 1) split = {all_params, 0};
+  const StageParams heaviest = first_params.total() >= last_params.total() ? first_params : last_params;
+  const StageParams split = plan.ep == 1 ? StageParams{heaviest.total(), 0} : heaviest;
   const double params = split.dense;
   const ModelStateBytesPerParam bpp = bytes_per_param(plan);
   const double grads = params * bpp.gradients, weights = params * bpp.gathered;
@@ -146,7 +145,7 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
                                (plan.zero == 1 ? collective_bytes_per_rank(Collective::kAllGather, ew, edp) : 0.0);
   }
 
-  e.optimizer_s = optimizer_step_s(c, plan, first_params.total() >= last_params.total() ? first_params : last_params);
+  e.optimizer_s = optimizer_step_s(c, plan, heaviest);
   e.overhead_s = plan.execution.step_overhead_us * 1e-6;
   e.step_time_s = e.pipeline_s + e.dp_exposed_s + e.optimizer_s + e.overhead_s;
 

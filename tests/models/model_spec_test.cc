@@ -171,6 +171,13 @@ TEST(ModelSpec, MixtureOfExpertsFamilies) {
   EXPECT_EQ(lite.head_dim, 192);
   EXPECT_EQ(lite.v_head_dim, 128);
   EXPECT_EQ(lite.shared_ffn_hidden, 2816);
+  // Sizes whose products would overflow are refused before they are multiplied.
+  nlohmann::json big = nlohmann::json::parse(v3);
+  big["n_shared_experts"] = int64_t{1} << 62;
+  EXPECT_FALSE(model_from_hf_config(big, "big").ok());
+  big = nlohmann::json::parse(v3);
+  big["qk_nope_head_dim"] = int64_t{1} << 62;
+  EXPECT_FALSE(model_from_hf_config(big, "big").ok());
   // Legality of the config: a dense layer among MoE ones is named.
   EXPECT_FALSE(model_from_hf_config(nlohmann::json::parse(R"({"model_type": "qwen2_moe", "hidden_size": 64,
     "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
