@@ -42,7 +42,7 @@ enum class SelectiveRecompute { kAttentionCore, kOps };
 struct LayerParams {
   int64_t tp_sharded = 0;  // matmul weights and column-parallel biases: divided by t
   int64_t replicated = 0;  // norms, row-parallel biases, MoE router: every TP rank holds them
-  int64_t expert = 0;      // routed experts' weights: divided by t (expert TP = TP) and by EP
+  int64_t expert = 0;      // routed experts' weights: divided by expert TP and by EP
   int64_t total() const { return tp_sharded + replicated + expert; }
 };
 LayerParams layer_params(const ModelSpec& m);
@@ -103,11 +103,13 @@ inline Gemm weight_gradient_gemm(const Gemm& g) { return {g.name, g.k, g.n, g.m,
 // per forward GEMM (see above). MoE experts assume tokens are spread evenly over experts.
 std::vector<Gemm> layer_gemms(const ModelSpec& m, int64_t seq_len, int64_t micro_batch, int64_t tp);
 // The same on one rank of a CP x EP plan: each CP rank's s / cp rows of every sequence (attention
-// scores against all s keys); an EP rank's experts / ep experts, their tokens the mean load
-// times `expert_load` (the busiest EP rank's load over the mean; 1: balanced).
+// scores against all s keys); an EP rank's experts / ep experts split over expert TP `etp` (0:
+// tp), their tokens the mean load times `expert_load` (the busiest EP rank's load over the mean;
+// 1: balanced). Below tp, each rank dispatches its tp / etp share of the tokens.
 struct GemmShape {
   int64_t seq_len = 1, micro_batch = 1, tp = 1, cp = 1, ep = 1;
   double expert_load = 1.0;
+  int64_t etp = 0;
 };
 std::vector<Gemm> layer_gemms(const ModelSpec& m, const GemmShape& shape);
 

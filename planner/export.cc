@@ -129,7 +129,7 @@ Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
   }
   if (m.is_moe()) {
     arg("--expert-model-parallel-size", p.ep);
-    arg("--expert-tensor-parallel-size", p.tp);  // experts split over TP as the plan prices them
+    arg("--expert-tensor-parallel-size", p.expert_tp());  // stated: the plan prices this split
     if (p.execution.moe_capacity_factor > 0) arg("--moe-expert-capacity-factor", p.execution.moe_capacity_factor);
   }
   if (p.schedule == Schedule::kInterleaved)

@@ -54,7 +54,7 @@ StageParams stage_param_split(const ModelSpec& m, const Plan& plan, int64_t stag
   const LayerParams lp = layer_params(m), dp = layer_params(dense_layer_model(m));
   StageParams p;
   p.dense = d(layers - dense) * (d(lp.tp_sharded) / t + d(lp.replicated)) + d(dense) * (d(dp.tp_sharded) / t + d(dp.replicated));
-  p.expert = d(layers - dense) * d(lp.expert) / (t * d(plan.ep));
+  p.expert = d(layers - dense) * d(lp.expert) / (d(plan.expert_tp()) * d(plan.ep));
   if (stage == 0) p.dense += d(e.token_embedding) / t + d(e.position_embedding);
   if (stage == plan.pp - 1) {
     p.dense += d(e.final_norm);

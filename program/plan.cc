@@ -118,7 +118,8 @@ Violation first_violation(const Plan& p, const ModelSpec& m, int64_t gpus_per_no
     return Violation::kCpHeads;
   if (p.cp > 1 && p.execution.attention != AttentionKernel::kFlash) return Violation::kCpNeedsFlash;
   if (p.ep > 1 && (!m.is_moe() || m.experts % p.ep != 0)) return Violation::kEpExperts;
-  if (p.data_ranks() % p.ep != 0) return Violation::kEpDataRanks;
+  if (p.etp < 0 || p.tp % p.expert_tp() != 0 || m.ffn_hidden % p.expert_tp() != 0 || p.expert_slots() % p.ep != 0)
+    return Violation::kEpDataRanks;
   if (p.ep > 1 && (p.zero >= 2 || p.dp_shard > 0)) return Violation::kEpSharding;
   return Violation::kNone;
 }
@@ -183,7 +184,9 @@ std::string describe_violation(Violation v, const Plan& p, const ModelSpec& m, i
       return m.is_moe() ? "ep " + s(p.ep) + " does not divide the " + s(m.experts) + " experts"
                         : "ep " + s(p.ep) + " needs a mixture-of-experts model (" + m.name + " is dense)";
     case Violation::kEpDataRanks:
-      return "ep " + s(p.ep) + " must divide cp x dp " + s(p.data_ranks()) + " (experts are split over the data-parallel ranks)";
+      return "ep " + s(p.ep) + " must divide (tp / etp) x cp x dp = " + s(p.expert_slots()) + " and etp " + s(p.expert_tp()) +
+             " must divide tp " + s(p.tp) + " and the FFN size " + s(m.ffn_hidden) +
+             " (experts are split over the data-parallel ranks)";
     case Violation::kEpSharding:
       return "ep " + s(p.ep) + " supports zero 0 or 1 without dp_shard (zero " + s(p.zero) + ", dp_shard " + s(p.dp_shard) + ")";
     case Violation::kCount: break;
@@ -194,7 +197,7 @@ std::string describe_violation(Violation v, const Plan& p, const ModelSpec& m, i
 Status check_plan(const Plan& plan, const ModelSpec& model, int64_t gpus_per_node) {
   // Bounds that keep the plan's products (GPUs, tokens per step) far from int64 overflow.
   const std::pair<const char*, int64_t> sizes[] = {{"tp", plan.tp}, {"pp", plan.pp}, {"dp", plan.dp},
-                                                   {"cp", plan.cp}, {"ep", plan.ep},
+                                                   {"cp", plan.cp}, {"ep", plan.ep}, {"etp", plan.etp},
                                                    {"virtual_stages", plan.virtual_stages},
                                                    {"micro_batch", plan.micro_batch}};
   for (const auto& [key, value] : sizes)
@@ -229,7 +232,7 @@ int64_t Plan::max_chunk_layers(int64_t layers) const {
 
 nlohmann::json plan_to_json(const Plan& p) {
   const Execution& e = p.execution;
-  return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"cp", p.cp}, {"ep", p.ep}, {"zero", p.zero},
+  return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"cp", p.cp}, {"ep", p.ep}, {"etp", p.etp}, {"zero", p.zero},
           {"micro_batch", p.micro_batch}, {"global_batch", p.global_batch}, {"seq_len", p.seq_len},
           {"schedule", schedule_name(p.schedule)}, {"virtual_stages", p.virtual_stages},
           {"recompute", recompute_name(p.recompute)}, {"sequence_parallel", p.sequence_parallel},
@@ -318,6 +321,7 @@ Result<Plan> plan_from_json(const nlohmann::json& j, const std::string& where) {
   p.dp = f.required_int("dp");
   p.cp = f.optional_int("cp").value_or(1);
   p.ep = f.optional_int("ep").value_or(1);
+  p.etp = f.optional_int("etp", 0).value_or(0);
   const int64_t zero = f.required_int("zero", 0);
   if (f.ok() && zero > 3) f.fail("zero", "must be 0, 1, 2 or 3, got " + std::to_string(zero));
   p.zero = static_cast<int>(std::min<int64_t>(zero, 3));

@@ -71,6 +71,10 @@ struct Plan {
   // runs on tp x cp x dp x pp GPUs). Expert parallelism: MoE layers split their experts over ep
   // of the cp x dp ranks; the experts' gradients reduce over the other cp x dp / ep.
   int64_t cp = 1, ep = 1;
+  // Expert tensor parallelism (Megatron's --expert-tensor-parallel-size): the TP degree of the
+  // expert layers, dividing tp; 0 = tp. Below tp, MoE layers regroup the tp x cp x dp ranks of a
+  // stage as ETP x EP x expert-DP (Megatron-Core's expert layout).
+  int64_t etp = 0;
   int zero = 0;
   int64_t micro_batch = 1;
   int64_t global_batch = 1;
@@ -94,8 +98,11 @@ struct Plan {
   int64_t gpus() const { return tp * cp * dp * pp; }
   // The ranks holding the same dense weights, over which their gradients reduce: cp x dp.
   int64_t data_ranks() const { return cp * dp; }
-  // The ranks holding the same experts: cp x dp / ep.
-  int64_t expert_data_ranks() const { return cp * dp / ep; }
+  int64_t expert_tp() const { return etp > 0 ? etp : tp; }
+  // The ranks of a stage an expert's TP shard can sit on, (tp / etp) x cp x dp, which EP divides;
+  // those holding the same experts: that over ep.
+  int64_t expert_slots() const { return tp / expert_tp() * cp * dp; }
+  int64_t expert_data_ranks() const { return expert_slots() / ep; }
   // The ranks ZeRO shards dense weights over: dp_shard, or all cp x dp.
   int64_t shard_degree() const { return dp_shard > 0 ? dp_shard : cp * dp; }
   bool hybrid_sharding() const { return shard_degree() < cp * dp; }
@@ -153,7 +160,7 @@ enum class Violation {
   kCpHeads,                 // CP all-to-all (Ulysses) needs heads and KV heads divisible by tp x cp
   kCpNeedsFlash,            // CP runs fused attention only
   kEpExperts,               // EP needs an MoE model whose experts it divides
-  kEpDataRanks,             // EP must divide cp x dp
+  kEpDataRanks,             // EP must divide (tp / etp) x cp x dp; etp must divide tp and the FFN
   kEpSharding,              // EP with ZeRO-2/3 or hybrid sharding
   kCount
 };

@@ -4,11 +4,12 @@
 
 namespace parallax {
 
-RankGrid::RankGrid(int64_t tp, int64_t dp, int64_t pp, int64_t dp_shard, int64_t cp, int64_t ep)
+RankGrid::RankGrid(int64_t tp, int64_t dp, int64_t pp, int64_t dp_shard, int64_t cp, int64_t ep, int64_t etp)
     : tp_(static_cast<int>(tp)), cp_(static_cast<int>(cp)), data_(static_cast<int>(cp * dp)), pp_(static_cast<int>(pp)),
-      shard_(static_cast<int>(dp_shard > 0 ? dp_shard : cp * dp)), ep_(static_cast<int>(ep)) {}
+      shard_(static_cast<int>(dp_shard > 0 ? dp_shard : cp * dp)), ep_(static_cast<int>(ep)),
+      etp_(static_cast<int>(etp > 0 ? etp : tp)) {}
 
-RankGrid::RankGrid(const Plan& plan) : RankGrid(plan.tp, plan.dp, plan.pp, plan.dp_shard, plan.cp, plan.ep) {}
+RankGrid::RankGrid(const Plan& plan) : RankGrid(plan.tp, plan.dp, plan.pp, plan.dp_shard, plan.cp, plan.ep, plan.etp) {}
 
 RankCoords RankGrid::coords(int rank) const {
   const int e = (rank / tp_) % data_;
@@ -18,6 +19,9 @@ RankCoords RankGrid::coords(int rank) const {
 GroupMembership RankGrid::group(GroupKind kind, int rank) const {
   const RankCoords c = coords(rank);
   const int e = c.dp * cp_ + c.cp;  // the data index
+  // The expert layout: this rank's place q in its stage as (expert DP, EP, expert TP) indices.
+  const int q = e * tp_ + c.tp, slots = data_ * tp_ / etp_;
+  const int etp_i = q % etp_, ep_i = (q / etp_) % ep_, edp_i = q / (etp_ * ep_);
   switch (kind) {
     case GroupKind::kTp: return {rank / tp_, c.tp};
     case GroupKind::kDp: return {(c.pp * (data_ / shard_) + e / shard_) * tp_ + c.tp, e % shard_};
@@ -28,8 +32,8 @@ GroupMembership RankGrid::group(GroupKind kind, int rank) const {
       return {ends ? e * tp_ + c.tp : -1, c.pp};
     }
     case GroupKind::kCp: return {(c.pp * (data_ / cp_) + c.dp) * tp_ + c.tp, c.cp};
-    case GroupKind::kEp: return {(c.pp * (data_ / ep_) + e / ep_) * tp_ + c.tp, e % ep_};
-    case GroupKind::kExpertDp: return {(c.pp * ep_ + e % ep_) * tp_ + c.tp, e / ep_};
+    case GroupKind::kEp: return {(c.pp * (slots / ep_) + edp_i) * etp_ + etp_i, ep_i};
+    case GroupKind::kExpertDp: return {(c.pp * ep_ + ep_i) * etp_ + etp_i, edp_i};
   }
   return {};
 }
@@ -38,12 +42,12 @@ int64_t RankGrid::stride(GroupKind kind) const {
   switch (kind) {
     case GroupKind::kTp: return 1;
     case GroupKind::kDp:
-    case GroupKind::kCp:
-    case GroupKind::kEp: return tp_;
+    case GroupKind::kCp: return tp_;
+    case GroupKind::kEp: return etp_;
     case GroupKind::kPp: return static_cast<int64_t>(tp_) * data_;
     case GroupKind::kEmbedding: return static_cast<int64_t>(tp_) * data_ * (pp_ > 1 ? pp_ - 1 : 1);
     case GroupKind::kDpReplica: return static_cast<int64_t>(tp_) * shard_;
-    case GroupKind::kExpertDp: return static_cast<int64_t>(tp_) * ep_;
+    case GroupKind::kExpertDp: return static_cast<int64_t>(etp_) * ep_;
   }
   return 1;
 }
@@ -57,7 +61,7 @@ int64_t RankGrid::group_size(GroupKind kind) const {
     case GroupKind::kEmbedding: return pp_ > 1 ? 2 : 1;
     case GroupKind::kCp: return cp_;
     case GroupKind::kEp: return ep_;
-    case GroupKind::kExpertDp: return data_ / ep_;
+    case GroupKind::kExpertDp: return static_cast<int64_t>(data_) * tp_ / etp_ / ep_;
   }
   return 1;
 }

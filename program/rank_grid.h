@@ -4,7 +4,8 @@
 // Megatron-Core's tp-cp-dp-pp order. The c x d ranks of a (tp, pp) position hold the same dense
 // weights: their data index e = cp + c dp runs over them. Expert parallelism splits them into
 // groups of ep consecutive e (Megatron-Core's tp-cp-ep-dp-pp: EP sits where CP and DP do), the
-// experts' data-parallel group the ranks ep apart. The simulator places groups on nodes from the
+// experts' data-parallel group the ranks ep apart. With expert TP below TP, an expert layer sees a
+// stage's t c d ranks, numbered q = e t + tp, as ETP x EP x expert-DP: q = (edp ep + ep) etp + etp. The simulator places groups on nodes from the
 // strides below, and both runtimes split their world communicator with the colors below; nothing
 // else computes a rank layout.
 #pragma once
@@ -37,7 +38,8 @@ struct GroupMembership {
 
 class RankGrid {
  public:
-  RankGrid(int64_t tp = 1, int64_t dp = 1, int64_t pp = 1, int64_t dp_shard = 0, int64_t cp = 1, int64_t ep = 1);
+  RankGrid(int64_t tp = 1, int64_t dp = 1, int64_t pp = 1, int64_t dp_shard = 0, int64_t cp = 1, int64_t ep = 1,
+           int64_t etp = 0);
   explicit RankGrid(const Plan& plan);
 
   int size() const { return tp_ * data_ * pp_; }
@@ -48,8 +50,8 @@ class RankGrid {
   RankCoords coords(int rank) const;
   int rank(const RankCoords& c) const { return (c.pp * data_ + c.dp * cp_ + c.cp) * tp_ + c.tp; }
   GroupMembership group(GroupKind kind, int rank) const;
-  // Ranks between consecutive members of a group of `kind`: TP 1, CP, DP and EP t, PP t c d,
-  // embedding (first and last stage) t c d (p - 1), DP replicas t s, expert DP t ep.
+  // Ranks between consecutive members of a group of `kind`: TP 1, CP and DP t, EP etp, PP t c d,
+  // embedding (first and last stage) t c d (p - 1), DP replicas t s, expert DP etp ep.
   int64_t stride(GroupKind kind) const;
   int64_t group_size(GroupKind kind) const;
   // The rank whose trace stands for pipeline stage `stage`: TP 0, CP 0, DP 0 (all TP, CP and DP
@@ -57,7 +59,7 @@ class RankGrid {
   int representative(int stage) const { return rank({0, 0, stage, 0}); }
 
  private:
-  int tp_, cp_, data_, pp_, shard_, ep_;  // data_ = c x d
+  int tp_, cp_, data_, pp_, shard_, ep_, etp_;  // data_ = c x d
 };
 
 }  // namespace parallax

@@ -32,6 +32,7 @@ Status check_runtime_support(const ModelSpec& m, const Plan& p) {
     if (m.shared_ffn_hidden > 0 || m.dense_layers > 0 || m.is_mla() || m.router_bias)
       return no("shared experts, leading dense layers or latent attention (" + m.name + "; Mixtral-style MoE runs)");
     if (p.ep > 1 && p.zero > 0) return no("expert parallelism with ZeRO-" + std::to_string(p.zero) + " (it runs EP with zero 0)");
+    if (p.expert_tp() != p.tp) return no("expert TP other than TP (etp " + std::to_string(p.etp) + ")");
     if (p.execution.moe_capacity_factor > 0) return no("an expert capacity factor (its MoE layers are dropless)");
     if (p.precision == Precision::kFp8) return no("FP8 in mixture-of-experts layers");
   }

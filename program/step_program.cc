@@ -56,12 +56,18 @@ TpTraffic tp_traffic(const ModelSpec& m, const Plan& plan, OpKind pass) {
   const bool sp = plan.sequence_parallel;
   // Per pair of GEMM blocks (attention, MLP): one all-reduce, or with SP an all-gather and a
   // reduce-scatter. An MoE layer's MLP block gathers every routed copy of its tokens (top-k x the
-  // attention's buffer); `bytes` is the mean of the two blocks' buffers.
-  const double mlp = m.is_moe() ? static_cast<double>(m.experts_per_token) : 1.0;
-  t.bytes *= (1.0 + mlp) / 2.0;
+  // attention's buffer) over the expert TP ranks (etp of them, with etp / tp of the tokens);
+  // `bytes` is the mean of the two blocks' buffers.
+  const int64_t mlp_ranks = m.is_moe() ? plan.expert_tp() : plan.tp;
+  const double attention = t.bytes;
+  const double mlp = m.is_moe() ? attention * static_cast<double>(m.experts_per_token * mlp_ranks) / static_cast<double>(plan.tp)
+                                : attention;
+  t.bytes = (attention + mlp) / 2.0;
   const int per_block = sp ? 2 : 1;
   const Collective one = sp ? Collective::kAllGather : Collective::kAllReduce;
-  const double sent_per_block = (sp ? 2 : 1) * collective_bytes_per_rank(one, t.bytes, plan.tp);
+  // Sent per pair of blocks (attention + MLP), counted as two blocks below.
+  const double sent_per_block = (sp ? 2 : 1) *
+                                (collective_bytes_per_rank(one, attention, plan.tp) + collective_bytes_per_rank(one, mlp, mlp_ranks)) / 2.0;
   int blocks = 0;
   switch (pass) {
     case OpKind::kForward: blocks = 2; break;
@@ -69,7 +75,8 @@ TpTraffic tp_traffic(const ModelSpec& m, const Plan& plan, OpKind pass) {
     case OpKind::kWeight:  // SP: the QKV and FC1 inputs are gathered again for their weight gradients
       if (!sp) return TpTraffic{};
       t.count = 2;
-      t.sent_bytes = 2 * collective_bytes_per_rank(Collective::kAllGather, t.bytes, plan.tp);
+      t.sent_bytes = collective_bytes_per_rank(Collective::kAllGather, attention, plan.tp) +
+                     collective_bytes_per_rank(Collective::kAllGather, mlp, mlp_ranks);
       return t;
   }
   t.count = blocks * per_block;

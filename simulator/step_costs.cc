@@ -37,7 +37,7 @@ GemmTimes gemm_times(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
   const Precision base = base_precision(plan.precision);
   GemmTimes t;
   const bool flash = plan.execution.attention == AttentionKernel::kFlash;
-  const GemmShape shape{plan.seq_len, plan.micro_batch, plan.tp, plan.cp, plan.ep, expert_load(m, plan)};
+  const GemmShape shape{plan.seq_len, plan.micro_batch, plan.tp, plan.cp, plan.ep, expert_load(m, plan), plan.expert_tp()};
   for (const Gemm& g : layer_gemms(m, shape)) {
     const bool core = is_core(g.name);
     const Precision prec = core || std::string_view(g.name) == "router" ? base : plan.precision;
@@ -73,7 +73,7 @@ GemmTimes gemm_times(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
 std::pair<double, double> fp8_cast_bytes(const ModelSpec& m, const Plan& plan) {
   if (plan.precision != Precision::kFp8) return {0, 0};
   const double per = plan.execution.fp8_recipe == Fp8Recipe::kCurrent ? 6.0 : 4.0;
-  const GemmShape shape{plan.seq_len, plan.micro_batch, plan.tp, plan.cp, plan.ep, expert_load(m, plan)};
+  const GemmShape shape{plan.seq_len, plan.micro_batch, plan.tp, plan.cp, plan.ep, expert_load(m, plan), plan.expert_tp()};
   double fwd = 0, bwd = 0;
   for (const Gemm& g : layer_gemms(m, shape)) {
     if (is_core(g.name) || std::string_view(g.name) == "router") continue;
@@ -202,12 +202,15 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
 
   // Two all-reduces forward and two backward (with SP: all-gather + reduce-scatter pairs that
   // move the same bytes in the same time): one around the attention, one around the MLP — whose
-  // buffer holds every routed copy of a token in an MoE layer (top-k x).
+  // buffer holds every routed copy of a token in an MoE layer (top-k x), over the expert TP ranks
+  // (etp consecutive ranks, with etp / tp of the tokens).
   const double tp_msg = boundary_tensor_bytes(m, plan);
-  const double mlp_factor = m.is_moe() ? d(m.experts_per_token) : 1.0;
+  const int64_t mlp_ranks = m.is_moe() ? plan.expert_tp() : plan.tp;
+  const double mlp_msg = m.is_moe() ? d(m.experts_per_token) * tp_msg * d(mlp_ranks) / d(plan.tp) : tp_msg;
   const LinkTier link = group_link(c, plan, GroupKind::kTp);
+  const LinkTier mlp_link = group_link(c, place_group(mlp_ranks, 1, c.node.gpus));
   auto pair_s = [&](Collective op) {
-    return collective_time_s(op, tp_msg, plan.tp, link) + collective_time_s(op, mlp_factor * tp_msg, plan.tp, link);
+    return collective_time_s(op, tp_msg, plan.tp, link) + collective_time_s(op, mlp_msg, mlp_ranks, mlp_link);
   };
   const double ar_pair_s = pair_s(Collective::kAllReduce);
 

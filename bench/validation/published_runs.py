@@ -49,7 +49,8 @@ def plan(r):
     notes = r.get('notes', '')
     # Token dropping at capacity 1.0, padded to capacity: every expert computes exactly the mean load.
     if 'moe_expert_capacity_factor=1.0' in notes: execution['moe_capacity_factor'] = 1.0
-    p = {'tp': r['tp'], 'pp': r['pp'], 'dp': r['dp'], 'cp': r.get('cp') or 1, 'ep': r.get('ep') or 1, 'zero': zero,
+    p = {'tp': r['tp'], 'pp': r['pp'], 'dp': r['dp'], 'cp': r.get('cp') or 1, 'ep': r.get('ep') or 1,
+         'etp': r.get('etp') or 0, 'zero': zero,
          'micro_batch': r['micro_batch'], 'global_batch': r['global_batch'], 'seq_len': r['seq_len'],
          'schedule': 'interleaved' if v > 1 else '1f1b', 'virtual_stages': v, 'recompute': rc,
          'sequence_parallel': bool(r['sequence_parallel']), 'precision': precision, 'dp_shard': shard,

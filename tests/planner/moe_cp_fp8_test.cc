@@ -58,6 +58,35 @@ TEST(RankGrid, ContextAndExpertGroups) {
   EXPECT_TRUE(same(GroupKind::kPp, 7, 15));
 }
 
+// Expert TP 1 under TP 2 (DP 2, EP 4): an expert layer numbers the stage's ranks q = e t + tp =
+// (edp ep + ep) etp + etp, so all four ranks form one EP group (stride 1) and each holds its own
+// experts (expert DP 1).
+TEST(RankGrid, ExpertTensorParallelBelowTp) {
+  const RankGrid g(2, 2, 1, 0, 1, 4, 1);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(g.group(GroupKind::kEp, r).color, g.group(GroupKind::kEp, 0).color);
+    EXPECT_EQ(g.group(GroupKind::kEp, r).key, r);
+  }
+  EXPECT_EQ(g.stride(GroupKind::kEp), 1);
+  EXPECT_EQ(g.group_size(GroupKind::kExpertDp), 1);
+  // Mixtral, s 4096, TP 2, EP 4, expert TP 1: each rank dispatches its half of the 4096 tokens x 2
+  // copies = 4096 rows to its 2 experts, 2048 each, whole (not TP-split).
+  const ModelSpec m = load("mixtral-8x7b");
+  for (const Gemm& gemm : layer_gemms(m, GemmShape{4096, 1, 2, 1, 4, 1.0, 1}))
+    if (std::string(gemm.name) == "fc1") {
+      EXPECT_EQ(gemm.m, 2048);
+      EXPECT_EQ(gemm.n, 2 * 14336);
+    }
+  Plan p = plan(2, 1, 2, 4, 4096);
+  p.etp = 1, p.sequence_parallel = true;
+  EXPECT_EQ(check_plan(p, m, 8).error(), "");
+  EXPECT_DOUBLE_EQ(stage_param_split(m, p, 0).expert, 32.0 * 8 * 3 * 4096 * 14336 / 4);
+  EXPECT_NE(megatron_arguments(m, p).value().find("--expert-tensor-parallel-size 1"), std::string::npos);
+  EXPECT_FALSE(check_runtime_support(m, p).ok());
+  p.etp = 3;  // does not divide tp 2
+  EXPECT_STREQ(violation_key(first_violation(p, m, 8)), "ep_does_not_divide_cp_dp");
+}
+
 TEST(Plan, ContextAndExpertLegality) {
   const ModelSpec llama = load("llama3.1-8b"), mixtral = load("mixtral-8x7b");
   auto why = [](const Plan& p, const ModelSpec& m) { return violation_key(first_violation(p, m, 8)); };
