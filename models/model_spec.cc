@@ -88,18 +88,28 @@ void read_llama_family(JsonFields& f, ModelSpec& m) {
   read_head_dim(f, m);
 }
 
-// Qwen2MoeConfig (Qwen1.5/Qwen2-MoE): Qwen2's attention (biases on Q, K, V), num_experts routed
-// experts of moe_intermediate_size, one shared expert of shared_expert_intermediate_size behind a
-// sigmoid gate. Only every layer sparse is modelled (decoder_sparse_step 1, no mlp_only_layers).
-void read_qwen2_moe(JsonFields& f, ModelSpec& m) {
-  read_llama_family(f, m);
-  m.qkv_bias = true;
+// The routed experts of Qwen2MoeConfig and Qwen3MoeConfig: num_experts of moe_intermediate_size,
+// top num_experts_per_tok. Only every layer sparse is modelled (decoder_sparse_step 1, no
+// mlp_only_layers).
+void read_qwen_experts(JsonFields& f, const nlohmann::json& config, ModelSpec& m) {
   m.experts = f.required_int("num_experts");
   m.experts_per_token = f.required_int("num_experts_per_tok");
   m.ffn_hidden = f.required_int("moe_intermediate_size");
+  if (f.optional_int("decoder_sparse_step").value_or(1) != 1) f.fail("decoder_sparse_step", "only 1 (every layer MoE) is supported");
+  auto only = config.find("mlp_only_layers");
+  if (f.ok() && only != config.end() && only->is_array() && !only->empty())
+    f.fail("mlp_only_layers", "dense layers among MoE ones are not supported");
+  if (f.ok() && m.experts_per_token > m.experts) f.fail("num_experts_per_tok", "exceeds num_experts");
+}
+
+// Qwen2MoeConfig (Qwen1.5/Qwen2-MoE): Qwen2's attention (biases on Q, K, V), routed experts, and
+// one shared expert of shared_expert_intermediate_size behind a sigmoid gate.
+void read_qwen2_moe(JsonFields& f, const nlohmann::json& config, ModelSpec& m) {
+  read_llama_family(f, m);
+  m.qkv_bias = true;
+  read_qwen_experts(f, config, m);
   m.shared_ffn_hidden = f.optional_int("shared_expert_intermediate_size", 0).value_or(0);
   m.shared_expert_gate = m.shared_ffn_hidden > 0;
-  if (f.optional_int("decoder_sparse_step").value_or(1) != 1) f.fail("decoder_sparse_step", "only 1 (every layer MoE) is supported");
 }
 
 // DeepseekV2Config / DeepseekV3Config: multi-head latent attention, n_routed_experts of
@@ -287,25 +297,12 @@ Result<ModelSpec> model_from_hf_config(const nlohmann::json& config, const std::
   } else if (m.model_type == "nemotron") {
     read_nemotron(f, m);
   } else if (m.model_type == "qwen2_moe") {
-    read_qwen2_moe(f, m);
-    auto only = config.find("mlp_only_layers");
-    if (f.ok() && only != config.end() && only->is_array() && !only->empty())
-      f.fail("mlp_only_layers", "dense layers among MoE ones are not supported");
-    if (f.ok() && m.experts_per_token > m.experts) f.fail("num_experts_per_tok", "exceeds num_experts");
+    read_qwen2_moe(f, config, m);
+  } else if (m.model_type == "qwen3_moe") {  // Qwen3's attention (per-head q/k norms), no shared expert
+    read_family(f, m, *find_family("qwen3"));
+    read_qwen_experts(f, config, m);
   } else if (m.model_type == "deepseek_v2" || m.model_type == "deepseek_v3") {
     read_deepseek(f, m);
-  } else if (m.model_type == "qwen3_moe") {
-    // Qwen3's attention (per-head q/k norms, no biases) with num_experts routed experts of
-    // moe_intermediate_size and no shared expert.
-    read_family(f, m, *find_family("qwen3"));
-    m.experts = f.required_int("num_experts");
-    m.experts_per_token = f.required_int("num_experts_per_tok");
-    m.ffn_hidden = f.required_int("moe_intermediate_size");
-    if (f.optional_int("decoder_sparse_step").value_or(1) != 1) f.fail("decoder_sparse_step", "only 1 (every layer MoE) is supported");
-    auto only = config.find("mlp_only_layers");
-    if (f.ok() && only != config.end() && only->is_array() && !only->empty())
-      f.fail("mlp_only_layers", "dense layers among MoE ones are not supported");
-    if (f.ok() && m.experts_per_token > m.experts) f.fail("num_experts_per_tok", "exceeds num_experts");
   } else if (const Family* family = find_family(m.model_type)) {
     read_family(f, m, *family);
   } else {

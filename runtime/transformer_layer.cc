@@ -131,35 +131,37 @@ void ring_reduce_scatter(Communicator& c, float* out, const float* all, int64_t 
   }
   std::copy(acc.begin(), acc.end(), out);
 }
+// Calls f(offset in the blocks, offset in the sequences, count) for each half-chunk of CP's layout:
+// `blocks` holds every CP rank's s local rows of b sequences in rank order, the sequences are
+// whole and in order, and rank r holds chunks r and 2 cp - 1 - r.
+template <typename F>
+void for_each_context_half(int cp, int b, int s, int width, F f) {
+  const int64_t block = static_cast<int64_t>(b) * s * width, half = static_cast<int64_t>(s / 2) * width;
+  for (int r = 0; r < cp; ++r)
+    for (int bi = 0; bi < b; ++bi)
+      for (int k = 0; k < 2; ++k)
+        f(r * block + bi * static_cast<int64_t>(s) * width + k * half,
+          static_cast<int64_t>(bi) * cp * s * width + (k == 0 ? r : 2 * cp - 1 - r) * half, half);
+}
 }  // namespace
 
-// Rank r' holds sequence chunks r' and 2 cp - 1 - r' (each s/2 of its s local rows): the rows'
-// places in the gathered sequence.
 void Transformer::gather_context(Buffer& full, const Buffer& local, int b, int s, int width) const {
-  const int64_t block = static_cast<int64_t>(b) * s * width, half = static_cast<int64_t>(s / 2) * width;
+  const int64_t block = static_cast<int64_t>(b) * s * width;
   Buffer all(block * cp_);
   if (cp_ring_) ring_gather(*cp_comm_, all.data(), local.data(), block);
   else cp_comm_->all_gather(all.data(), local.data(), block);
-  full.assign(block * cp_, 0.0f);
-  for (int r = 0; r < cp_; ++r)
-    for (int bi = 0; bi < b; ++bi)
-      for (int k = 0; k < 2; ++k) {
-        const int chunk = k == 0 ? r : 2 * cp_ - 1 - r;
-        const float* from = all.data() + r * block + bi * static_cast<int64_t>(s) * width + k * half;
-        std::copy(from, from + half, full.data() + (static_cast<int64_t>(bi) * cp_ * s) * width + chunk * half);
-      }
+  full.resize(block * cp_);
+  for_each_context_half(cp_, b, s, width, [&](int64_t in_blocks, int64_t in_sequence, int64_t n) {
+    std::copy(all.data() + in_blocks, all.data() + in_blocks + n, full.data() + in_sequence);
+  });
 }
 
 void Transformer::scatter_context(Buffer& local, const Buffer& full, int b, int s, int width) const {
-  const int64_t block = static_cast<int64_t>(b) * s * width, half = static_cast<int64_t>(s / 2) * width;
+  const int64_t block = static_cast<int64_t>(b) * s * width;
   Buffer all(block * cp_);
-  for (int r = 0; r < cp_; ++r)
-    for (int bi = 0; bi < b; ++bi)
-      for (int k = 0; k < 2; ++k) {
-        const int chunk = k == 0 ? r : 2 * cp_ - 1 - r;
-        const float* from = full.data() + (static_cast<int64_t>(bi) * cp_ * s) * width + chunk * half;
-        std::copy(from, from + half, all.data() + r * block + bi * static_cast<int64_t>(s) * width + k * half);
-      }
+  for_each_context_half(cp_, b, s, width, [&](int64_t in_blocks, int64_t in_sequence, int64_t n) {
+    std::copy(full.data() + in_sequence, full.data() + in_sequence + n, all.data() + in_blocks);
+  });
   local.resize(block);
   if (cp_ring_) ring_reduce_scatter(*cp_comm_, local.data(), all.data(), block);
   else cp_comm_->reduce_scatter(local.data(), all.data(), block);

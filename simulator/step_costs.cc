@@ -17,6 +17,7 @@ struct GemmTimes {
   double fwd_s = 0, dgrad_s = 0, wgrad_s = 0;  // the weight GEMMs
   double core_s = 0, core_bwd_s = 0;            // the attention core
   double ops_recompute_s = 0;  // the forward GEMMs the op-level selective policy re-runs
+  double fp8_forward_bytes = 0, fp8_backward_bytes = 0;  // FP8's casts of GEMM operands
 };
 
 // The share of a forward GEMM's time the op-level policy re-runs (ops_recomputed_matmul_weights):
@@ -32,9 +33,13 @@ bool is_core(std::string_view gemm) { return gemm == "scores" || gemm == "attn_v
 
 // Forward, input-gradient and weight-gradient GEMMs each have their own shape (and so their own
 // wave quantization); the attention core's two backward products are both input gradients. With
-// FP8 the weight GEMMs run at the FP8 peak, the router and the attention core in bf16.
+// FP8 the weight GEMMs run at the FP8 peak, the router and the attention core in bf16, and each
+// FP8 GEMM's input (forward) and output gradient (backward) pass through Transformer Engine's
+// fused cast-transpose: read in 16 bits, written as FP8 and FP8 transposed, 2 + 1 + 1 bytes per
+// element; current scaling reads the tensor once more for its amax first (+2).
 GemmTimes gemm_times(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
   const Precision base = base_precision(plan.precision);
+  const double cast = plan.precision != Precision::kFp8 ? 0.0 : plan.execution.fp8_recipe == Fp8Recipe::kCurrent ? 6.0 : 4.0;
   GemmTimes t;
   const bool flash = plan.execution.attention == AttentionKernel::kFlash;
   const GemmShape shape{plan.seq_len, plan.micro_batch, plan.tp, plan.cp, plan.ep, expert_load(m, plan), plan.expert_tp()};
@@ -44,6 +49,10 @@ GemmTimes gemm_times(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
     const double fwd = gemm_time_s(c.gpu, prec, g), dx = gemm_time_s(c.gpu, prec, input_gradient_gemm(g)),
                  dw = gemm_time_s(c.gpu, prec, weight_gradient_gemm(g));
     if (!core) {
+      if (prec == Precision::kFp8) {
+        t.fp8_forward_bytes += cast * d(g.m) * d(g.k) * d(g.batch);
+        t.fp8_backward_bytes += cast * d(g.m) * d(g.n) * d(g.batch);
+      }
       t.ops_recompute_s += ops_recomputed_share(m, g.name) * fwd;
       t.fwd_s += fwd;
       t.dgrad_s += dx;
@@ -64,23 +73,6 @@ GemmTimes gemm_times(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
     t.core_bwd_s = at.backward_s;
   }
   return t;
-}
-
-// FP8's casts (Transformer Engine's fused cast-transpose): each weight GEMM's input, forward, and
-// its output gradient, backward, are read in 16 bits and written as FP8 and FP8 transposed — 2 +
-// 1 + 1 bytes per element; current scaling reads the tensor once more for its amax first (+2).
-// Returns {forward, backward} bytes.
-std::pair<double, double> fp8_cast_bytes(const ModelSpec& m, const Plan& plan) {
-  if (plan.precision != Precision::kFp8) return {0, 0};
-  const double per = plan.execution.fp8_recipe == Fp8Recipe::kCurrent ? 6.0 : 4.0;
-  const GemmShape shape{plan.seq_len, plan.micro_batch, plan.tp, plan.cp, plan.ep, expert_load(m, plan), plan.expert_tp()};
-  double fwd = 0, bwd = 0;
-  for (const Gemm& g : layer_gemms(m, shape)) {
-    if (is_core(g.name) || std::string_view(g.name) == "router") continue;
-    fwd += per * d(g.m) * d(g.k) * d(g.batch);
-    bwd += per * d(g.m) * d(g.n) * d(g.batch);
-  }
-  return {fwd, bwd};
 }
 
 // One point-to-point step of a ring (CP's KV exchange): every rank sends to its neighbour at once;
@@ -191,8 +183,7 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
                                                            plan.execution.kernels);
     return memory_time_s(gpu, bytes * tokens * activation_element_bytes(base) / 2.0);
   };
-  const auto [fp8_fwd_bytes, fp8_bwd_bytes] = fp8_cast_bytes(m, plan);
-  const double fp8_fwd_s = memory_time_s(gpu, fp8_fwd_bytes), fp8_bwd_s = memory_time_s(gpu, fp8_bwd_bytes);
+  const double fp8_fwd_s = memory_time_s(gpu, gt.fp8_forward_bytes), fp8_bwd_s = memory_time_s(gpu, gt.fp8_backward_bytes);
   const double elementwise_s = elementwise_time(plan.execution.attention);
   // The softmax and dropout over materialized scores: what selective recompute re-runs besides
   // the two attention GEMMs.
@@ -320,16 +311,16 @@ double OpCosts::over_layers(const ProgramOp& op, int64_t stage, double LayerTimi
 double OpCosts::compute_s(const ProgramOp& op, int64_t stage) const {
   const int64_t vs = virtual_stage(stage, op.chunk, p_.pp);
   const bool first = vs == 0, last = vs == p_.pp * p_.virtual_stages - 1, split = splits_weight_gradients(p_.schedule);
-  const double f = over_layers(op, stage, &LayerTiming::forward_s), b = over_layers(op, stage, &LayerTiming::backward_input_s),
-               w = over_layers(op, stage, &LayerTiming::backward_weight_s);
   switch (op.pass) {
     case OpKind::kForward:
-      return f + (first ? edge_.first_forward_s : 0) + (last ? edge_.last_forward_s : 0) +
-             p_.execution.microbatch_overhead_us * 1e-6;
+      return over_layers(op, stage, &LayerTiming::forward_s) + (first ? edge_.first_forward_s : 0) +
+             (last ? edge_.last_forward_s : 0) + p_.execution.microbatch_overhead_us * 1e-6;
     case OpKind::kBackward:
-      return b + (split ? 0 : w) + (first ? edge_.first_backward_s : 0) +
+      return over_layers(op, stage, &LayerTiming::backward_input_s) +
+             (split ? 0 : over_layers(op, stage, &LayerTiming::backward_weight_s)) + (first ? edge_.first_backward_s : 0) +
              (last ? edge_.last_backward_input_s + (split ? 0 : edge_.last_backward_weight_s) : 0);
-    case OpKind::kWeight: return w + (last ? edge_.last_backward_weight_s : 0);
+    case OpKind::kWeight:
+      return over_layers(op, stage, &LayerTiming::backward_weight_s) + (last ? edge_.last_backward_weight_s : 0);
   }
   return 0;
 }
