@@ -8,8 +8,10 @@ namespace parallax::kernels {
 // out = inp * weight^T (+ bias). bias may be null.
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int n, int c, int oc);
 
-// Accumulates (+=) into dinp, dweight and dbias (dbias may be null, dinp may be null when the
-// input needs no gradient), so micro-batches accumulate gradients in place.
+// Accumulates (+=) into dinp, dweight and dbias, so micro-batches accumulate gradients in place.
+// Any of them may be null: a zero-bubble schedule's B asks for dinp alone and its W for dweight and
+// dbias alone, each the same arithmetic as in the combined call. `weight` is read only for dinp,
+// `inp` only for dweight.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int n, int c, int oc);
 

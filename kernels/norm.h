@@ -1,5 +1,8 @@
 // layernorm and rmsnorm over the last dimension of an N x C row-major array, with their backward
 // passes. The forward saves the per-row statistics (mean and 1/std, or 1/rms) the backward needs.
+// The backward's outputs may each be null (a zero-bubble schedule's B asks for dinp alone, its W
+// for the parameter gradients alone, each the same arithmetic as in the combined call); `weight`
+// is read only for dinp.
 #pragma once
 
 namespace parallax::kernels {

@@ -36,7 +36,7 @@ MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage
   const StageParams split = stage_param_split(m, plan, stage);
   const double params = split.total();
   // ZeRO shards the dense parameters' states over shard_degree() and the experts' over the
-  // expert data-parallel ranks (EP allows ZeRO 0 and 1 only).
+  // expert data-parallel ranks.
   const double dp = d(plan.shard_degree());
   const double sharded = split.dense / dp + split.expert / d(plan.expert_data_ranks());
   mem.weights = (plan.zero >= 3 ? sharded : params) * bpp.weights;

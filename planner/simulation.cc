@@ -27,6 +27,19 @@ Span span_of(const Simulation& sim, int64_t s, size_t i) {
 
 bool is_pipeline_transfer(const ProgramOp& op) { return op.type == ProgramOpType::kSend || op.type == ProgramOpType::kRecv; }
 
+// A receive as the trace shows it: from its posting to the data's arrival. The runtimes post
+// receives in program order on the one pp-recv stream, each once the op before it is done and the
+// previous receive has completed, so a transfer that arrived before its receive was posted (the
+// sender ran ahead; NCCL's buffers held it) completes the moment it is posted — a zero-length
+// event then, never one at the arrival time, which would sit inside an earlier receive still in
+// flight. `track_free_s`: when the previous receive on the track ended.
+Span recv_span(const Simulation& sim, int64_t s, size_t i, double track_free_s) {
+  const ProgramOp& op = sim.step.program.stages[s].ops[i];
+  const double posted_s = op.waits_for.empty() ? 0.0 : span_of(sim, s, op.waits_for[0]).finish_s;
+  const double start_s = std::max(posted_s, track_free_s);
+  return {start_s, std::max(start_s, span_of(sim, s, i).finish_s)};
+}
+
 // Busy, pipeline end, TP time and exposed waits of one stage's compute stream.
 StageReport stage_stats(const Simulation& sim, int64_t s) {
   const StageProgram& sp = sim.step.program.stages[s];
@@ -155,14 +168,15 @@ nlohmann::json simulation_trace(const Simulation& sim, const nlohmann::json& met
                               (sim.plan.precision == Precision::kFp32 ? 2 : 1);
     add_track_names(events, pid);
     const StageProgram& sp = sim.step.program.stages[s];
-    double held = 0;
+    double held = 0, recv_free_s = 0;
     events.push_back({{"ph", "C"}, {"pid", pid}, {"name", "activation bytes"}, {"ts", 0}, {"args", {{"bytes", 0}}}});
     for (size_t i = 0; i < sp.ops.size(); ++i) {
       const ProgramOp& op = sp.ops[i];
       Span span = span_of(sim, static_cast<int64_t>(s), i);
-      if (op.type == ProgramOpType::kRecv && !op.waits_for.empty())  // from posting to arrival
-        span.start_s = std::min(span.finish_s, span_of(sim, static_cast<int64_t>(s), op.waits_for[0]).finish_s);
-      if (op.type == ProgramOpType::kRecv && op.waits_for.empty()) span.start_s = 0;
+      if (op.type == ProgramOpType::kRecv) {
+        span = recv_span(sim, static_cast<int64_t>(s), i, recv_free_s);
+        recv_free_s = span.finish_s;
+      }
       nlohmann::json e = trace_event(pid, op.stream, op_name(op), span.start_s, span.finish_s - span.start_s);
       if (op.sent_bytes > 0) e["args"] = {{"bytes", op.sent_bytes}};
       events.push_back(std::move(e));

@@ -51,8 +51,9 @@ nlohmann::json stage_reports_json(const Simulation& sim);
 
 // The Chrome trace of a simulation (program/trace_schema.h): one event per program op under its
 // canonical name — a receive spans from its posting to the data's arrival, as the runtimes measure
-// it — one "tp ..." event per compute op with TP collectives, and the activation bytes each stage
-// holds over time.
+// it (posted in program order, so receives never overlap on their track; zero-length at the
+// posting when the data came first) — one "tp ..." event per compute op with TP collectives, and
+// the activation bytes each stage holds over time.
 nlohmann::json simulation_trace(const Simulation& sim, const nlohmann::json& metadata);
 
 // The pipeline chart (SVG) of a simulation.

@@ -128,6 +128,10 @@ std::string megatron_refusal(const std::string& name, const Plan& p, const Model
 }
 
 std::string deepspeed_refusal(const Plan& p) {
+  // PipelineEngine asserts ZeRO stage < 2 (deepspeed/runtime/pipe/engine.py).
+  if (p.pp > 1 && p.zero >= 2) return "deepspeed pipelines run ZeRO 0 or 1, not " + std::to_string(p.zero);
+  // DeepSpeed's MoE runs with ZeRO 0-2 (docs/_tutorials/mixture-of-experts.md: "E + Z").
+  if (p.ep > 1 && p.zero == 3) return "deepspeed runs expert parallelism with ZeRO 0-2, not 3";
   if (p.pp > 1 && p.schedule != Schedule::k1F1B) return std::string("deepspeed pipelines run 1f1b only, not ") + schedule_name(p.schedule);
   if (p.sequence_parallel) return "deepspeed has no Megatron-style sequence parallelism";
   if (p.recompute == Recompute::kSelective) return "deepspeed has no selective recompute (none or full)";

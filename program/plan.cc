@@ -66,7 +66,6 @@ const char* violation_key(Violation v) {
     case Violation::kInterleavedMicrobatches: return "interleaved_needs_m_multiple_of_pp";
     case Violation::kSequenceParallelNeedsTp: return "sequence_parallel_needs_tp";
     case Violation::kZeroStage: return "zero_stage_out_of_range";
-    case Violation::kZeroWithPp: return "zero_2_3_with_pp";
     case Violation::kOffloadNeedsZero: return "offload_needs_zero";
     case Violation::kSeqLenTooLong: return "seq_len_exceeds_max_positions";
     case Violation::kSequenceParallelSeqLen: return "sequence_parallel_needs_seq_len_multiple_of_tp";
@@ -76,7 +75,7 @@ const char* violation_key(Violation v) {
     case Violation::kCpNeedsFlash: return "cp_needs_flash_attention";
     case Violation::kEpExperts: return "ep_does_not_divide_experts";
     case Violation::kEpDataRanks: return "ep_does_not_divide_cp_dp";
-    case Violation::kEpSharding: return "ep_with_zero_2_3_or_dp_shard";
+    case Violation::kEpSharding: return "ep_with_dp_shard";
     case Violation::kCount: break;
   }
   return "?";
@@ -108,7 +107,6 @@ Violation first_violation(const Plan& p, const ModelSpec& m, int64_t gpus_per_no
     return Violation::kInterleavedMicrobatches;
   if (p.sequence_parallel && p.tp < 2) return Violation::kSequenceParallelNeedsTp;
   if (p.zero < 0 || p.zero > 3) return Violation::kZeroStage;
-  if (p.zero >= 2 && p.pp > 1) return Violation::kZeroWithPp;
   if (p.offload && p.zero < 1) return Violation::kOffloadNeedsZero;
   if (p.seq_len > m.max_positions) return Violation::kSeqLenTooLong;
   if (p.sequence_parallel && (p.seq_len / p.cp) % p.tp != 0) return Violation::kSequenceParallelSeqLen;
@@ -120,7 +118,7 @@ Violation first_violation(const Plan& p, const ModelSpec& m, int64_t gpus_per_no
   if (p.ep > 1 && (!m.is_moe() || m.experts % p.ep != 0)) return Violation::kEpExperts;
   if (p.etp < 0 || p.tp % p.expert_tp() != 0 || m.ffn_hidden % p.expert_tp() != 0 || p.expert_slots() % p.ep != 0)
     return Violation::kEpDataRanks;
-  if (p.ep > 1 && (p.zero >= 2 || p.dp_shard > 0)) return Violation::kEpSharding;
+  if (p.ep > 1 && p.hybrid_sharding()) return Violation::kEpSharding;
   return Violation::kNone;
 }
 
@@ -161,9 +159,6 @@ std::string describe_violation(Violation v, const Plan& p, const ModelSpec& m, i
              " to be a multiple of pp " + s(p.pp);
     case Violation::kSequenceParallelNeedsTp: return "sequence_parallel needs tp > 1";
     case Violation::kZeroStage: return "zero must be 0, 1, 2 or 3, got " + s(p.zero);
-    case Violation::kZeroWithPp:
-      return "zero " + s(p.zero) + " cannot be combined with pp " + s(p.pp) +
-             " (ZeRO-2/3 need pp 1; use zero 1 with pipelines)";
     case Violation::kOffloadNeedsZero: return "offload needs zero >= 1";
     case Violation::kSeqLenTooLong:
       return "seq_len " + s(p.seq_len) + " exceeds the model's max_position_embeddings " + s(m.max_positions);
@@ -188,7 +183,8 @@ std::string describe_violation(Violation v, const Plan& p, const ModelSpec& m, i
              " must divide tp " + s(p.tp) + " and the FFN size " + s(m.ffn_hidden) +
              " (experts are split over the data-parallel ranks)";
     case Violation::kEpSharding:
-      return "ep " + s(p.ep) + " supports zero 0 or 1 without dp_shard (zero " + s(p.zero) + ", dp_shard " + s(p.dp_shard) + ")";
+      return "ep " + s(p.ep) + " does not combine with hybrid sharding (dp_shard " + s(p.dp_shard) + " < cp x dp " +
+             s(p.data_ranks()) + ")";
     case Violation::kCount: break;
   }
   return "invalid plan";

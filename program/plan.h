@@ -151,7 +151,6 @@ enum class Violation {
   kInterleavedMicrobatches,  // m not a multiple of PP
   kSequenceParallelNeedsTp,
   kZeroStage,
-  kZeroWithPp,           // ZeRO-2/3 shard gradients per micro-batch; no framework pipelines them
   kOffloadNeedsZero,
   kSeqLenTooLong,
   kSequenceParallelSeqLen,  // SP splits the sequence over TP: seq_len must divide by tp
@@ -161,7 +160,7 @@ enum class Violation {
   kCpNeedsFlash,            // CP runs fused attention only
   kEpExperts,               // EP needs an MoE model whose experts it divides
   kEpDataRanks,             // EP must divide (tp / etp) x cp x dp; etp must divide tp and the FFN
-  kEpSharding,              // EP with ZeRO-2/3 or hybrid sharding
+  kEpSharding,              // EP with hybrid sharding
   kCount
 };
 const char* violation_key(Violation v);  // short snake_case name, for rejection tables

@@ -31,7 +31,6 @@ Status check_runtime_support(const ModelSpec& m, const Plan& p) {
   if (m.is_moe()) {  // Mixtral's MoE: a router, top-k, SwiGLU experts, dropless
     if (m.shared_ffn_hidden > 0 || m.dense_layers > 0 || m.is_mla() || m.router_bias)
       return no("shared experts, leading dense layers or latent attention (" + m.name + "; Mixtral-style MoE runs)");
-    if (p.ep > 1 && p.zero > 0) return no("expert parallelism with ZeRO-" + std::to_string(p.zero) + " (it runs EP with zero 0)");
     if (p.expert_tp() != p.tp) return no("expert TP other than TP (etp " + std::to_string(p.etp) + ")");
     if (p.execution.moe_capacity_factor > 0) return no("an expert capacity factor (its MoE layers are dropless)");
     if (p.precision == Precision::kFp8) return no("FP8 in mixture-of-experts layers");
@@ -67,11 +66,6 @@ Status check_gpu_support(const ModelSpec& m, const Plan& p, bool emulated) {
   if (p.execution.overlap_param_gather) return no("execution.overlap_param_gather (it gathers weights after the optimizer)");
   if (m.mlp == Mlp::kSquaredRelu || (m.positions == Positions::kRotary && m.rotary_dims != m.head_dim))
     return no(m.model_type + " models (squared-ReLU MLP and partial rotary run on the CPU runtime only)");
-  // ZeRO-1 keeps one contiguous shard per rank: the step program must have one gradient bucket.
-  if (p.zero == 1 && p.dp > 1)
-    for (int64_t s = 0; s < p.pp; ++s)
-      if (dp_buckets_per_chunk(m, p, s) > 1)
-        return no("ZeRO-1 with several gradient buckets (raise execution.dp_bucket_mib above the stage's gradient size)");
   if (!emulated && p.pp > 1)
     if (Status s = check_exchanges(build_step_program(m, p)); !s.ok())
       return Error{"the GPU runtime refuses " + s.error() + ": its blocking send/receive pairs could deadlock (--emulate-rank runs it)"};

@@ -40,8 +40,10 @@ std::string op_name(const ProgramOp& op) {
     case CollectiveRole::kEmbedding: return coll + " embedding";
     case CollectiveRole::kReplicaReduce:
       return coll + " dp-replica " + (op.bucket >= 0 ? bucket : mb_chunk(op));
-    case CollectiveRole::kExpertGradients: return coll + " expert-dp chunk=" + std::to_string(op.chunk);
-    case CollectiveRole::kExpertWeights: return coll + " expert-dp";
+    case CollectiveRole::kExpertGradients:
+      return coll + " expert-dp " + (op.micro_batch >= 0 ? mb_chunk(op) : "chunk=" + std::to_string(op.chunk));
+    case CollectiveRole::kExpertWeights:
+      return coll + " expert-dp" + (op.micro_batch >= 0 ? std::string(" ") + pass_letter(op.pass) + " " + mb_chunk(op) : "");
     case CollectiveRole::kNone: break;
   }
   return coll;
@@ -134,15 +136,23 @@ class StageBuilder {
     std::vector<size_t> last_release(p_.virtual_stages, 0);
     for (size_t j = 0; j < ops.size(); ++j)
       if (releases_activations(ops[j].kind, p_.schedule)) last_release[ops[j].chunk] = j;
+    // ZeRO-2/3 reduce each pass's gradients into the shards; over one data rank (and no offload)
+    // there is nothing to shard, and gradients accumulate over the step as with ZeRO 0 and 1.
+    const bool per_pass = p_.zero >= 2 && (p_.data_ranks() > 1 || p_.offload);
     if (p_.execution.overlap_param_gather) add_weight_gathers(-1);  // the previous step's, in steady state
+    // The tied embedding's all-reduce joins the first and the last stage, so it waits for each
+    // stage's last pass (as Megatron's finalize_model_grads does): issued mid-pipeline it would
+    // block a stage its partner still waits on. A chunk holding it reduces over DP after it.
     for (size_t j = 0; j < ops.size(); ++j) {
       const int32_t c = add_pass(ops[j]);
-      if (p_.zero >= 2 && releases_activations(ops[j].kind, p_.schedule)) add_shard_reduction(ops[j], c);
-      if (p_.zero <= 1 && p_.execution.overlap_grad_reduce && j == last_release[ops[j].chunk])
+      if (per_pass && releases_activations(ops[j].kind, p_.schedule)) add_shard_reduction(ops[j], c);
+      if (!per_pass && p_.execution.overlap_grad_reduce && j == last_release[ops[j].chunk] && !ties_embedding(ops[j].chunk))
         add_chunk_gradients(ops[j].chunk, c);
     }
-    if (p_.zero <= 1 && !p_.execution.overlap_grad_reduce)  // after the whole backward, last chunk first
-      for (int64_t chunk = p_.virtual_stages - 1; chunk >= 0; --chunk) add_chunk_gradients(chunk, last_compute_);
+    for (int64_t chunk = p_.virtual_stages - 1; chunk >= 0; --chunk) {  // after the whole backward, last chunk first
+      if (per_pass && ties_embedding(chunk)) add_embedding_gradients(last_compute_, chunk);
+      if (!per_pass && (!p_.execution.overlap_grad_reduce || ties_embedding(chunk))) add_chunk_gradients(chunk, last_compute_);
+    }
     add_optimizer();
     return std::move(out_);
   }
@@ -174,12 +184,20 @@ class StageBuilder {
     const int64_t vs = virtual_stage(stage_, pass.chunk, p_.pp), last_vs = p_.pp * p_.virtual_stages - 1;
     // ZeRO-3 gathers the stage's weights before each pass: over DP, and with offload from host
     // memory too (its shard, even on one GPU).
-    if (p_.zero == 3 && (p_.data_ranks() > 1 || p_.offload) && pass.kind != OpKind::kWeight) {
-      ProgramOp g = collective(CollectiveRole::kWeightGather, Collective::kAllGather, GroupKind::kDp, StreamKind::kDp,
-                               stage_weight_bytes_);
-      g.pass = pass.kind, g.micro_batch = pass.micro_batch, g.chunk = pass.chunk;
-      if (before_last_compute_ >= 0) g.waits_for = {before_last_compute_};  // one gathered copy ahead at most
-      waits.push_back(add(std::move(g)));
+    // With EP the experts gather over their own data-parallel ranks, after the dense weights on
+    // the same stream (the pass waits for the last gather).
+    if (p_.zero == 3 && pass.kind != OpKind::kWeight) {
+      int32_t gathered = -1;
+      auto gather = [&](CollectiveRole role, GroupKind group, double bytes) {
+        ProgramOp g = collective(role, Collective::kAllGather, group, StreamKind::kDp, bytes);
+        g.pass = pass.kind, g.micro_batch = pass.micro_batch, g.chunk = pass.chunk;
+        if (before_last_compute_ >= 0) g.waits_for = {before_last_compute_};  // one gathered copy ahead at most
+        gathered = add(std::move(g));
+      };
+      if (p_.data_ranks() > 1 || p_.offload) gather(CollectiveRole::kWeightGather, GroupKind::kDp, stage_weight_bytes_);
+      if (expert_weight_bytes_ > 0 && p_.expert_data_ranks() > 1)
+        gather(CollectiveRole::kExpertWeights, GroupKind::kExpertDp, expert_weight_bytes_);
+      if (gathered >= 0) waits.push_back(gathered);
     }
     const bool needs_input = pass.kind == OpKind::kForward ? vs > 0 : pass.kind == OpKind::kBackward && vs < last_vs;
     if (needs_input) {
@@ -248,13 +266,35 @@ class StageBuilder {
   void add_shard_reduction(const PipelineOp& pass, int32_t compute) {
     OpWaits waits = {compute};
     if (sp_norms()) waits.push_back(add_norm_gradients(pass.chunk, pass.micro_batch, compute));
-    if (p_.data_ranks() < 2 && !p_.offload) return;  // with offload the shard still goes to host memory
     ProgramOp rs = collective(CollectiveRole::kGradientShard, Collective::kReduceScatter, GroupKind::kDp,
                               StreamKind::kDp, stage_grad_bytes_);
     rs.micro_batch = pass.micro_batch, rs.chunk = pass.chunk;
     rs.waits_for = waits;
-    const int32_t id = add_replica_reduce(add(std::move(rs)));
+    int32_t id = add_replica_reduce(add(std::move(rs)));
+    if (expert_grad_bytes_ > 0 && p_.expert_data_ranks() > 1) {  // EP: the experts over their own ranks
+      ProgramOp e = collective(CollectiveRole::kExpertGradients, Collective::kReduceScatter, GroupKind::kExpertDp,
+                               StreamKind::kDp, expert_grad_bytes_);
+      e.micro_batch = pass.micro_batch, e.chunk = pass.chunk;
+      e.waits_for = waits;
+      id = add(std::move(e));  // after the dense reduction on the same stream
+    }
     if (!p_.execution.overlap_grad_reduce) blocking_.push_back(id);
+  }
+
+  // With tied embeddings over a pipeline, the first and the last virtual stage each hold the
+  // embedding; its gradient is summed over the two.
+  bool ties_embedding(int64_t chunk) const {
+    const int64_t vs = virtual_stage(stage_, chunk, p_.pp);
+    return m_.tied_embeddings && p_.pp > 1 && (vs == 0 || vs == p_.pp * p_.virtual_stages - 1);
+  }
+  // ZeRO-2/3 (gradients reduce-scattered after each pass): the runtimes keep the tied embedding's
+  // gradient aside until this op, then reduce it into the shards.
+  int32_t add_embedding_gradients(int32_t after, int64_t chunk) {
+    const double bytes = d(edge_params(m_).token_embedding) / d(p_.tp) * bytes_per_param(p_).gradients;
+    ProgramOp e = collective(CollectiveRole::kEmbedding, Collective::kAllReduce, GroupKind::kEmbedding, StreamKind::kDp, bytes);
+    e.chunk = static_cast<int32_t>(chunk);
+    e.waits_for = {after};
+    return add(std::move(e));
   }
 
   // A chunk's gradients are complete after op `producer`: SP norms, the tied embedding, then its
@@ -262,14 +302,7 @@ class StageBuilder {
   void add_chunk_gradients(int64_t chunk, int32_t producer) {
     std::vector<int32_t> prior;
     if (sp_norms()) prior.push_back(add_norm_gradients(chunk, -1, producer));
-    const int64_t vs = virtual_stage(stage_, chunk, p_.pp);
-    if (m_.tied_embeddings && p_.pp > 1 && (vs == 0 || vs == p_.pp * p_.virtual_stages - 1)) {
-      const double bytes = d(edge_params(m_).token_embedding) / d(p_.tp) * bytes_per_param(p_).gradients;
-      ProgramOp e = collective(CollectiveRole::kEmbedding, Collective::kAllReduce, GroupKind::kEmbedding,
-                               StreamKind::kDp, bytes);
-      e.waits_for = {producer};
-      prior.push_back(add(std::move(e)));
-    }
+    if (ties_embedding(chunk)) prior.push_back(add_embedding_gradients(producer, chunk));
     if (p_.data_ranks() < 2) return;
     const Collective c = p_.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
     if (expert_grad_bytes_ > 0 && p_.expert_data_ranks() > 1) {  // EP: the experts' own reduction first

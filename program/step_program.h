@@ -14,8 +14,9 @@
 //   [send of the output]  [ZeRO-2/3: gradient reduce-scatter]
 // after a chunk's last releasing op (its last B; ZB-H1: its last W) the chunk's gradient
 // collectives (SP norm all-reduce over TP, the tied-embedding all-reduce, DP buckets — right
-// there with overlap_grad_reduce, else after the stage's last op), then `optimizer`, then
-// ZeRO-1/2's weight all-gathers.
+// there with overlap_grad_reduce, else after the stage's last op; a chunk holding a tied
+// embedding always after the stage's last op, since that all-reduce joins two stages), then
+// `optimizer`, then ZeRO-1/2's weight all-gathers.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +53,9 @@ enum class CollectiveRole : uint8_t {
   kEmbedding,       // first + last stage: all-reduce the tied embedding's gradient
   kReplicaReduce,   // hybrid sharding: all-reduce a reduced gradient shard over the DP replicas
   kExpertGradients, // EP: reduce chunk `chunk`'s expert gradients over the expert data-parallel ranks
-  kExpertWeights,   // EP, ZeRO-1: all-gather the updated expert weights over the same ranks
+                    // (ZeRO-2/3: each pass's, reduce-scattered after it)
+  kExpertWeights,   // EP, ZeRO-1/2: all-gather the updated expert weights over the same ranks
+                    // (ZeRO-3: before pass (mb, chunk))
 };
 
 // The earlier ops (indices in the stage's list) an op waits for: at most four (a compute op: its
@@ -105,7 +108,8 @@ static_assert(sizeof(ProgramOp) <= 64, "a deep pipeline's program holds millions
 // The canonical trace name: "F mb=3 chunk=0", "send pp F mb=3 chunk=0" (the output of that F),
 // "recv pp B mb=3 chunk=1" (the gradient B mb=3 chunk=1 needs), "allreduce dp bucket=2",
 // "reduce-scatter dp mb=3 chunk=0", "all-gather dp bucket=1", "all-gather dp F mb=3 chunk=0",
-// "allreduce tp norms chunk=0", "allreduce embedding", "allreduce expert-dp chunk=0",
+// "allreduce tp norms chunk=0", "allreduce embedding", "allreduce expert-dp chunk=0" (ZeRO-2/3:
+// "reduce-scatter expert-dp mb=3 chunk=0", "all-gather expert-dp F mb=3 chunk=0"),
 // "all-gather expert-dp", "optimizer".
 std::string op_name(const ProgramOp& op);
 // The TP collectives inside compute op `op`, as one event on the tp track: "tp F mb=3 chunk=0".

@@ -77,6 +77,32 @@ void DistributedOptimizer::gather_parameters() {
   for (int64_t b = 0; b < layout_.buckets(); ++b) gather_bucket(b);
 }
 
+DistributedOptimizer::ParamState DistributedOptimizer::gather_state() {
+  ParamState s;
+  for (std::vector<Buffer>* to : {&s.value, &s.m, &s.v})
+    for (const Param* p : layout_.params()) to->emplace_back(p->size, 0.0f);
+  for (int64_t b = 0; b < layout_.buckets(); ++b) {
+    const int64_t n = piece(b);
+    Buffer flat(n * dp_.size());
+    for (auto [from, to] : {std::pair{&master_, &s.value}, std::pair{&m_, &s.m}, std::pair{&v_, &s.v}}) {
+      dp_.all_gather(flat.data(), from->data() + at_[b], n);
+      layout_.copy_into(layout_.bucket(b), flat.data(), *to);
+    }
+  }
+  return s;
+}
+
+void DistributedOptimizer::set_state(const ParamState& s) {
+  for (int64_t b = 0; b < layout_.buckets(); ++b) {
+    const ElementRange r = layout_.bucket(b);
+    const int64_t lo = r.begin + dp_.rank() * piece(b), hi = std::min(r.end, lo + piece(b));
+    if (lo >= hi) continue;
+    layout_.copy_from({lo, hi}, s.value, master_.data() + at_[b]);
+    layout_.copy_from({lo, hi}, s.m, m_.data() + at_[b]);
+    layout_.copy_from({lo, hi}, s.v, v_.data() + at_[b]);
+  }
+}
+
 void DistributedOptimizer::release_parameters() {
   for (Param* p : layout_.params()) Buffer().swap(p->value);
 }

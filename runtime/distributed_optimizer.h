@@ -41,8 +41,13 @@ class DistributedOptimizer {
   void release_parameters();
   // Drops the pieces' gradients (a skipped step).
   void discard_gradients();
-  // The pieces' state (master copy, moments) for checkpoints.
-  std::vector<Buffer*> state() { return {&master_, &m_, &v_}; }
+  // Checkpoints: every layout parameter's whole master copy and moments (all-gathered over DP;
+  // every DP rank takes part), in layout.params() order; and this rank's pieces set from them.
+  struct ParamState {
+    std::vector<Buffer> value, m, v;
+  };
+  ParamState gather_state();
+  void set_state(const ParamState& s);
 
  private:
   int64_t piece(int64_t b) const;  // elements per rank of bucket b (padded)

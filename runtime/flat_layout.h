@@ -28,12 +28,15 @@ class FlatLayout {
   void zero_grads(ElementRange r) const;
   void copy_values(ElementRange r, float* out) const;
   void set_values(ElementRange r, const float* in) const;
+  // Flat range r of per-parameter buffers (one per params(), in that order) to `out`, and back.
+  void copy_from(ElementRange r, const std::vector<Buffer>& per_param, float* out) const;
+  void copy_into(ElementRange r, const float* in, std::vector<Buffer>& per_param) const;
   // The parameter holding flat element e.
   const Param* param_at(int64_t e) const;
 
  private:
   template <class F>
-  void visit(ElementRange r, F&& f) const;  // f(param, param offset, flat offset, count)
+  void visit(ElementRange r, F&& f) const;  // f(param index, param offset, flat offset, count)
 
   std::vector<Param*> params_;
   std::vector<int64_t> offset_;  // of each parameter

@@ -1,5 +1,6 @@
 #include "runtime/trainer.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -36,6 +37,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   model->set_recompute(plan.recompute);
   model->set_sequence_parallel(plan.sequence_parallel);
   model->set_fp8(plan.precision == Precision::kFp8);
+  model->set_split_weight_gradients(splits_weight_gradients(plan.schedule));
   std::unique_ptr<Trainer> t(new Trainer(m, plan, options, std::move(model).value()));
   t->coords_ = rc;
   if (plan.precision == Precision::kFp16) t->scaler_.scale = LossScaler::kInitial;
@@ -66,20 +68,53 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   const int64_t boundary =
       static_cast<int64_t>(t->model_.local_tokens(static_cast<int>(plan.micro_batch * plan.seq_len / plan.cp))) * m.hidden;
   t->in_.assign(boundary, 0.0f), t->out_.assign(boundary, 0.0f);
-  if (plan.zero >= 1) {
-    Trainer* self = t.get();
-    t->zero_ = std::make_unique<DistributedOptimizer>(
-        *t->layout_, *t->dp_, [self](const Param* p) { return self->counted(p); },
-        [decay = options.decay_norms_and_biases](const Param* p) { return decays(p->role, decay); });
-    if (plan.zero == 3) t->zero_->release_parameters();
-    return t;
-  }
-  for (Param* p : t->model_.params()) {
-    t->adam_m_.emplace_back(p->value.size(), 0.0f);
-    t->adam_v_.emplace_back(p->value.size(), 0.0f);
-  }
+  t->create_optimizers(plan);
   return t;
 }
+
+// ZeRO over one data rank shards nothing, and the step program has no DP collectives to drive
+// it: the rank keeps whole optimizer states, as ZeRO 0 does. With EP, ZeRO shards the experts
+// over their own data-parallel ranks, one bucket per chunk. What no optimizer shards gets whole
+// AdamW moments.
+void Trainer::create_optimizers(const Plan& plan) {
+  auto counts = [this](const Param* p) { return counted(p); };
+  auto decay = [d = options_.decay_norms_and_biases](const Param* p) { return decays(p->role, d); };
+  if (plan.zero >= 1 && plan.data_ranks() > 1) {
+    zero_ = std::make_unique<DistributedOptimizer>(*layout_, *dp_, counts, decay);
+  }
+  if (plan.zero >= 1 && plan.ep > 1 && plan.expert_data_ranks() > 1) {
+    std::vector<std::vector<Param*>> chunks;
+    for (int c = 0; c < model_.chunks(); ++c) {
+      chunks.emplace_back();
+      for (Param* p : model_.chunk_params(c))
+        if (p->expert) chunks.back().push_back(p);
+    }
+    expert_layout_ = std::make_unique<FlatLayout>(std::move(chunks), 1);
+    expert_zero_ = std::make_unique<DistributedOptimizer>(*expert_layout_, *expert_dp_, counts, decay);
+  }
+  if (plan.zero == 3) release_parameters();
+  for (Param* p : model_.params()) {
+    const bool whole = !sharded(p);
+    adam_m_.emplace_back(whole ? p->size : 0, 0.0f);
+    adam_v_.emplace_back(whole ? p->size : 0, 0.0f);
+  }
+}
+
+// The embedding (first stage) or its copy (last stage) when a pipeline ties them, else null.
+Param* Trainer::tied_embedding() {
+  if (!m_.tied_embeddings || plan_.pp < 2) return nullptr;
+  return model_.tied_head_copy() ? model_.tied_head_copy() : model_.embedding();
+}
+
+// ZeRO-3 keeps only shards between passes: the dense weights' and, with EP, the experts'.
+void Trainer::release_parameters() {
+  if (zero_) zero_->release_parameters();
+  if (expert_zero_) expert_zero_->release_parameters();
+}
+
+bool Trainer::per_pass_shards() const { return zero_ && plan_.zero >= 2; }
+
+bool Trainer::sharded(const Param* p) const { return p->expert ? expert_zero_ != nullptr : zero_ != nullptr; }
 
 std::string record_name(const StageProgram& stage, const OpRecord& r) {
   const ProgramOp& op = stage.ops[r.op];
@@ -147,8 +182,10 @@ int Trainer::tag(OpKind kind, int64_t mb, int64_t receiver_vs) const {
 }
 
 // F reads tokens (first virtual stage) or in_, writes out_ (or, last, the loss); B reads the output
-// gradient from in_ and writes the input gradient to out_. ZeRO-3 parameters were gathered by the
-// op before and are released after.
+// gradient from in_ and writes the input gradient to out_; W (ZB-H1) accumulates the parameter
+// gradients B left in the micro-batch's state. The state goes with the op that releases the
+// activations (B, or W). ZeRO-3 parameters were gathered by the op before and are released after
+// (W reads none, and none is gathered for it).
 void Trainer::compute(const ProgramOp& op) {
   const int64_t step_index = step_index_;
   const int b = static_cast<int>(plan_.micro_batch), s = static_cast<int>(plan_.seq_len / plan_.cp);  // CP: local tokens
@@ -161,13 +198,15 @@ void Trainer::compute(const ProgramOp& op) {
                             states_[key]);
   } else if (op.pass == OpKind::kBackward) {
     model_.backward(op.chunk, in_.data(), out_.data(), b, s, *tp_, states_[key]);
-    states_.erase(key);
     // The overflow test hook: an inf in one rank's gradients before any reduction, which carries it
     // to every rank of its DP group (the norm's sums over TP and PP do the rest).
     if (step_index == options_.inject_overflow_step && coords_ == RankCoords{})
       model_.chunk_params(op.chunk).front()->grad[0] = std::numeric_limits<float>::infinity();
+  } else {
+    model_.weight_backward(op.chunk, b, s, states_[key]);
   }
-  if (plan_.zero == 3 && op.pass != OpKind::kWeight) zero_->release_parameters();
+  if (releases_activations(op.pass, plan_.schedule)) states_.erase(key);
+  if (plan_.zero == 3 && op.pass != OpKind::kWeight) release_parameters();
 }
 
 void Trainer::collective(const ProgramOp& op) {
@@ -183,7 +222,13 @@ void Trainer::collective(const ProgramOp& op) {
         layout_->set_grads(r, flat.data());
       }
       return;
-    case CollectiveRole::kGradientShard: zero_->reduce_gradients(); return;
+    case CollectiveRole::kGradientShard:
+      if (Param* tied = tied_embedding()) {  // kept aside for the embedding all-reduce at the end
+        tied_grad_.resize(tied->grad.size(), 0.0f);
+        for (size_t i = 0; i < tied_grad_.size(); ++i) tied_grad_[i] += tied->grad[i], tied->grad[i] = 0.0f;
+      }
+      zero_->reduce_gradients();
+      return;
     case CollectiveRole::kWeightBucket: zero_->gather_bucket(op.bucket); return;
     case CollectiveRole::kWeightGather: zero_->gather_parameters(); return;
     case CollectiveRole::kNormGradients:
@@ -191,15 +236,28 @@ void Trainer::collective(const ProgramOp& op) {
         if (p->sp_partial) tp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
       return;
     case CollectiveRole::kEmbedding: {
-      Param* mine = model_.tied_head_copy() ? model_.tied_head_copy() : model_.embedding();
-      if (mine) embedding_->all_reduce(mine->grad.data(), static_cast<int64_t>(mine->grad.size()), ReduceOp::kSum);
+      Param* tied = tied_embedding();
+      if (!tied) return;
+      if (!per_pass_shards()) {
+        embedding_->all_reduce(tied->grad.data(), static_cast<int64_t>(tied->grad.size()), ReduceOp::kSum);
+        return;
+      }
+      // ZeRO-2/3: every other gradient is in the shards already, so reducing all buckets once more
+      // moves just the summed embedding gradient there.
+      tied_grad_.resize(tied->grad.size(), 0.0f);
+      embedding_->all_reduce(tied_grad_.data(), static_cast<int64_t>(tied_grad_.size()), ReduceOp::kSum);
+      std::copy(tied_grad_.begin(), tied_grad_.end(), tied->grad.begin());
+      std::fill(tied_grad_.begin(), tied_grad_.end(), 0.0f);
+      zero_->reduce_gradients();
       return;
     }
-    case CollectiveRole::kExpertGradients:  // EP with ZeRO 0: all-reduced over the expert data-parallel ranks
+    case CollectiveRole::kExpertGradients:  // over the expert data-parallel ranks: reduce-scattered, or all-reduced
+      if (expert_zero_ && op.micro_batch >= 0) return expert_zero_->reduce_gradients();  // ZeRO-2/3: each pass's
+      if (expert_zero_) return expert_zero_->reduce_bucket(op.chunk);
       for (Param* p : model_.chunk_params(op.chunk))
         if (p->expert) expert_dp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
       return;
-    case CollectiveRole::kExpertWeights:  // EP with ZeRO-1 is refused by check_runtime_support
+    case CollectiveRole::kExpertWeights: expert_zero_->gather_parameters(); return;
     case CollectiveRole::kReplicaReduce:  // hybrid sharding is refused by check_runtime_support
     case CollectiveRole::kNone: return;
   }
@@ -222,23 +280,27 @@ bool Trainer::counted(const Param* p) {
 }
 
 // The sum of squares of the gradients over all ranks, from full gradients (ZeRO 0) or this rank's
-// shard; an inf or NaN anywhere reaches every rank alike.
+// shards; an inf or NaN anywhere reaches every rank alike. Dense weights: the same on every data
+// rank, or sharded over them. Experts: different on each EP rank, the same (or sharded) over the
+// expert data-parallel ranks.
 double Trainer::gradient_sumsq() {
-  double local = 0, experts = 0;
+  double dense = 0, experts = 0;
+  for (Param* p : model_.params())
+    if (counted(p) && !sharded(p))
+      for (float g : p->grad) (p->expert ? experts : dense) += static_cast<double>(g) * g;
+  float dense_sumsq = static_cast<float>(dense), expert_sumsq = static_cast<float>(experts);
   if (zero_) {
-    local = zero_->shard_sumsq();
-  } else {
-    for (Param* p : model_.params())
-      if (counted(p))
-        for (float g : p->grad) (p->expert ? experts : local) += static_cast<double>(g) * g;
+    dense_sumsq = static_cast<float>(zero_->shard_sumsq());
+    dp_->all_reduce(&dense_sumsq, 1, ReduceOp::kSum);
   }
-  // EP: each rank of an EP group holds different experts, but the same dense weights.
-  float expert_sumsq = static_cast<float>(experts);
+  if (expert_zero_) {
+    expert_sumsq = static_cast<float>(expert_zero_->shard_sumsq());
+    expert_dp_->all_reduce(&expert_sumsq, 1, ReduceOp::kSum);
+  }
   ep_->all_reduce(&expert_sumsq, 1, ReduceOp::kSum);
-  float sumsq = static_cast<float>(local) + expert_sumsq;
+  float sumsq = dense_sumsq + expert_sumsq;
   tp_->all_reduce(&sumsq, 1, ReduceOp::kSum);
   pp_->all_reduce(&sumsq, 1, ReduceOp::kSum);
-  if (zero_) dp_->all_reduce(&sumsq, 1, ReduceOp::kSum);
   return sumsq;
 }
 
@@ -250,14 +312,17 @@ double Trainer::loss_sum() {
   return loss;
 }
 
-void Trainer::discard_gradients() {
-  if (zero_) zero_->discard_gradients();  // ZeRO 0: the next step zeroes them
+void Trainer::discard_gradients() {  // whole gradients: the next step zeroes them
+  if (zero_) zero_->discard_gradients();
+  if (expert_zero_) expert_zero_->discard_gradients();
 }
 
 void Trainer::apply_update(float grad_scale, int update) {
-  if (zero_) return zero_->step(options_.adam, update, grad_scale);
+  if (zero_) zero_->step(options_.adam, update, grad_scale);
+  if (expert_zero_) expert_zero_->step(options_.adam, update, grad_scale);
   std::vector<Param*> params = model_.params();
   for (size_t i = 0; i < params.size(); ++i) {
+    if (sharded(params[i])) continue;
     kernels::AdamWConfig cfg = options_.adam;
     if (!decays(params[i]->role, options_.decay_norms_and_biases)) cfg.weight_decay = 0;
     kernels::adamw_update(params[i]->value.data(), params[i]->grad.data(), adam_m_[i].data(), adam_v_[i].data(),
@@ -293,61 +358,70 @@ StepStats Trainer::step(int64_t step_index) {
 
 namespace parallax {
 
-namespace {
-constexpr uint64_t kStateMagic = 0x5041524158535431ULL;  // "PARAXST1"
+// One replica of each parameter: DP and CP rank 0 (expert-DP rank 0 for an expert), TP rank 0 of
+// a tensor every TP rank holds whole.
+bool Trainer::owns(const Param* p) const {
+  if (p->tp_replicated && coords_.tp != 0) return false;
+  if (p->expert) return expert_dp_->rank() == 0;
+  return coords_.dp == 0 && coords_.cp == 0;
+}
 
-std::vector<Buffer*> state_buffers(Transformer& model, std::vector<Buffer>& m, std::vector<Buffer>& v,
-                                   DistributedOptimizer* zero) {
-  std::vector<Buffer*> out;
-  if (zero) {
-    out = zero->state();
-  } else {
-    for (Param* p : model.params()) out.push_back(&p->value);
-    for (Buffer& b : m) out.push_back(&b);
-    for (Buffer& b : v) out.push_back(&b);
+std::vector<TensorShard> Trainer::export_state() {
+  const std::vector<Param*> params = model_.params();
+  // Each sharded parameter's whole state, gathered from its optimizer's pieces.
+  std::map<const Param*, std::array<Buffer, 3>> gathered;
+  for (auto [layout, opt] : {std::pair{layout_.get(), zero_.get()}, std::pair{expert_layout_.get(), expert_zero_.get()}}) {
+    if (!opt) continue;
+    DistributedOptimizer::ParamState s = opt->gather_state();
+    for (size_t i = 0; i < layout->params().size(); ++i)
+      gathered[layout->params()[i]] = {std::move(s.value[i]), std::move(s.m[i]), std::move(s.v[i])};
+  }
+  std::vector<TensorShard> out;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Param* p = params[i];
+    if (!owns(p)) continue;
+    TensorShard s{p->name, p->shape, p->pieces, {}, {}, {}};
+    if (const auto it = gathered.find(p); it != gathered.end()) {
+      s.value = std::move(it->second[0]), s.exp_avg = std::move(it->second[1]), s.exp_avg_sq = std::move(it->second[2]);
+    } else {
+      s.value = p->value, s.exp_avg = adam_m_[i], s.exp_avg_sq = adam_v_[i];
+    }
+    out.push_back(std::move(s));
   }
   return out;
 }
-}  // namespace
 
-std::string Trainer::save_state() {
-  std::string out;
-  auto put = [&](const void* data, size_t bytes) { out.append(static_cast<const char*>(data), bytes); };
-  put(&kStateMagic, sizeof kStateMagic);
-  put(&updates_, sizeof updates_);
-  put(&scaler_.scale, sizeof scaler_.scale);
-  put(&scaler_.clean_steps, sizeof scaler_.clean_steps);
-  for (Buffer* b : state_buffers(model_, adam_m_, adam_v_, zero_.get())) {
-    const uint64_t n = b->size();
-    put(&n, sizeof n);
-    put(b->data(), n * sizeof(float));
+Status Trainer::import_state(const CheckpointTensors& tensors, int64_t updates, const LossScaler& scaler) {
+  const std::vector<Param*> params = model_.params();
+  std::vector<Buffer> value(params.size()), m(params.size()), v(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Param* p = params[i];
+    auto it = tensors.find(p->name);
+    if (it == tensors.end() && p == model_.tied_head_copy()) it = tensors.find("wte");  // resharded from one stage
+    if (it == tensors.end()) return Error{"the checkpoint has no tensor " + p->name};
+    if (it->second.shape != p->shape) return Error{"tensor " + p->name + " has another shape in the checkpoint"};
+    for (auto [full, local] : {std::pair{&it->second.value, &value[i]}, std::pair{&it->second.exp_avg, &m[i]},
+                               std::pair{&it->second.exp_avg_sq, &v[i]}}) {
+      local->assign(p->size, 0.0f);
+      take_pieces(full->data(), p->shape, p->pieces, local->data());
+    }
   }
-  return out;
-}
-
-Status Trainer::load_state(const std::string& bytes) {
-  size_t at = 0;
-  auto take = [&](void* data, size_t n) {
-    if (at + n > bytes.size()) return false;
-    std::memcpy(data, bytes.data() + at, n);
-    at += n;
-    return true;
-  };
-  uint64_t magic = 0;
-  int64_t updates = 0;
-  LossScaler scaler;
-  if (!take(&magic, sizeof magic) || magic != kStateMagic || !take(&updates, sizeof updates) ||
-      !take(&scaler.scale, sizeof scaler.scale) || !take(&scaler.clean_steps, sizeof scaler.clean_steps))
-    return Error{"not a Parallax training state"};
-  for (Buffer* b : state_buffers(model_, adam_m_, adam_v_, zero_.get())) {
-    uint64_t n = 0;
-    if (!take(&n, sizeof n) || n != b->size()) return Error{"state does not match this model and plan"};
-    if (!take(b->data(), n * sizeof(float))) return Error{"state is truncated"};
+  std::map<const Param*, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) index[params[i]] = i;
+  for (auto [layout, opt] : {std::pair{layout_.get(), zero_.get()}, std::pair{expert_layout_.get(), expert_zero_.get()}}) {
+    if (!opt) continue;
+    DistributedOptimizer::ParamState s;
+    for (const Param* p : layout->params())
+      s.value.push_back(value[index[p]]), s.m.push_back(m[index[p]]), s.v.push_back(v[index[p]]);
+    opt->set_state(s);
   }
-  if (at != bytes.size()) return Error{"state has trailing bytes"};
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i]->value = std::move(value[i]);
+    if (!sharded(params[i])) adam_m_[i] = std::move(m[i]), adam_v_[i] = std::move(v[i]);
+  }
+  if (plan_.zero == 3) release_parameters();
   updates_ = updates;
   scaler_ = scaler;
-  if (zero_ && plan_.zero < 3) zero_->gather_parameters();  // parameters follow the master shards
   return Status::Ok();
 }
 

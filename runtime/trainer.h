@@ -1,6 +1,6 @@
 // Trainer: executes a Plan on this process's rank of the CPU runtime — the StepProgram of its
 // pipeline stage (program/step_program.h) through the step executor (step_executor.h): F and B on the sharded
-// Transformer (W is part of B: the CPU model computes weight gradients with the input gradients),
+// Transformer (ZB-H1: B the input gradients, W later the parameter gradients),
 // pipeline sends (asynchronous) and receives (tagged, blocking), DP gradient buckets (all-reduce,
 // or ZeRO-1/2/3 reduce-scatter), ZeRO weight gathers, the SP norm and tied-embedding gradient
 // sums, and the optimizer op. Groups come from the RankGrid. Every parallel
@@ -20,6 +20,7 @@
 #include "program/plan.h"
 #include "program/runtime_support.h"
 #include "program/step_program.h"
+#include "runtime/checkpoint.h"
 #include "runtime/communicator.h"
 #include "runtime/distributed_optimizer.h"
 #include "runtime/flat_layout.h"
@@ -79,10 +80,14 @@ class Trainer : private StepBackend {
   int64_t cp_bytes() const { return cp_->bytes_sent(); }
   const RankCoords& coords() const { return coords_; }
   int64_t updates() const { return updates_; }
-  // This rank's training state (parameters, optimizer moments, update count) as bytes, and back.
-  // The data position is the step index (synthetic and file data are a function of it).
-  std::string save_state();
-  Status load_state(const std::string& bytes);
+  // Checkpoints (runtime/checkpoint.h): the shards of the parameters this rank owns — one replica
+  // of each — with their AdamW moments (collective: ZeRO gathers its pieces over DP); and this
+  // rank's parameters, moments, update count and loss scale taken from a checkpoint of any plan
+  // of the same model. The data position is the step index (synthetic and file data are a
+  // function of it).
+  std::vector<TensorShard> export_state();
+  Status import_state(const CheckpointTensors& tensors, int64_t updates, const LossScaler& scaler);
+  const LossScaler& loss_scaler() const { return scaler_; }
   // The ops of the last step, measured with a steady clock.
   const std::vector<OpRecord>& last_step_ops() const { return records_; }
   const StepProgram& program() const { return program_; }
@@ -104,6 +109,12 @@ class Trainer : private StepBackend {
   void fill_batch(int64_t step_index, int64_t mb, std::vector<int>& inputs, std::vector<int>& targets) const;
   int tag(OpKind kind, int64_t mb, int64_t receiver_vs) const;
   bool counted(const Param* p);
+  bool owns(const Param* p) const;  // writes p to checkpoints
+  void create_optimizers(const Plan& plan);
+  bool sharded(const Param* p) const;  // p's optimizer state is a DistributedOptimizer's
+  Param* tied_embedding();
+  bool per_pass_shards() const;  // ZeRO-2/3: each pass's gradients go to the shards
+  void release_parameters();
 
   ModelSpec m_;
   Plan plan_;
@@ -116,10 +127,13 @@ class Trainer : private StepBackend {
   std::unique_ptr<Communicator> cp_;                  // the ranks sharing each sequence
   std::unique_ptr<Communicator> ep_, expert_dp_;      // EP: token exchange; the ranks holding the same experts
   std::unique_ptr<FlatLayout> layout_;
-  std::vector<Buffer> adam_m_, adam_v_;          // ZeRO 0
-  std::unique_ptr<DistributedOptimizer> zero_;  // ZeRO 1, 2 and 3
+  std::vector<Buffer> adam_m_, adam_v_;          // per parameter; empty where an optimizer shards it
+  std::unique_ptr<DistributedOptimizer> zero_;  // ZeRO 1, 2 and 3 over more than one data rank
+  std::unique_ptr<FlatLayout> expert_layout_;    // EP with ZeRO: the experts, one bucket per chunk
+  std::unique_ptr<DistributedOptimizer> expert_zero_;
   std::map<int64_t, Transformer::MicroBatch> states_;  // by mb * v + chunk
   Buffer in_, out_;     // this op's input and output at the stage boundary
+  Buffer tied_grad_;    // ZeRO-2/3 with a tied embedding: its gradient until the embedding all-reduce
   double loss_ = 0;     // summed token loss of this step's micro-batches (last stage)
   int64_t updates_ = 0;
   LossScaler scaler_;

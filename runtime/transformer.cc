@@ -89,6 +89,7 @@ Result<Transformer> Transformer::create(const ModelSpec& m, int tp, int tp_rank,
     for (int64_t l = 0; l < t.layers_per_chunk_; ++l)
       t.init_layer(t.layers_[c][l], (t.first_layer_ >= 0 ? t.first_layer_ : t.virtual_stage(c) * t.layers_per_chunk_) + l, seed);
   }
+  t.describe_shards();
   return t;
 }
 
@@ -189,10 +190,11 @@ void Transformer::backward(int chunk, const float* dout, float* dinput, int b, i
   const int64_t h = m_.hidden;
   const int64_t local = static_cast<int64_t>(local_tokens(n)) * h;
   Buffer dx = last_stage(chunk) ? std::move(state.dhead) : Buffer(dout, dout + local);
+  WeightGradients* later = split_weight_gradients_ ? &state.weight_gradients : nullptr;
   std::vector<Layer>& layers = layers_[chunk];
   for (size_t l = layers.size(); l-- > 0;) {
     recompute(layers[l], state.layers[l], b, s, tp);
-    layer_backward(layers[l], state.layers[l], dx.data(), b, s, tp);
+    layer_backward(layers[l], state.layers[l], dx.data(), b, s, tp, later);
     state.layers[l] = Cache{};
   }
   state.layers.clear();
@@ -202,8 +204,20 @@ void Transformer::backward(int chunk, const float* dout, float* dinput, int b, i
   }
   Buffer dx_full(n * h);
   gather_tokens(dx_full.data(), dx.data(), n, tp);
-  kernels::embedding_backward(wte_.grad.data(), wpe_.empty() ? nullptr : wpe_.grad.data(), dx_full.data(), state.tokens.data(),
-                              n, s, static_cast<int>(h), static_cast<int>(tp_rank_ * vocab_local_),
+  if (later) state.dembedding.swap(dx_full);
+  else embedding_gradient(dx_full.data(), state.tokens.data(), n, s);
+}
+
+void Transformer::weight_backward(int chunk, int b, int s, MicroBatch& state) {
+  for (const WeightGradient& g : state.weight_gradients) accumulate(g);
+  if (first_stage(chunk) && !state.dembedding.empty())
+    embedding_gradient(state.dembedding.data(), state.tokens.data(), b * s, s);
+  state = MicroBatch{};
+}
+
+void Transformer::embedding_gradient(const float* dx_full, const int* tokens, int n, int s) {
+  kernels::embedding_backward(wte_.grad.data(), wpe_.empty() ? nullptr : wpe_.grad.data(), dx_full, tokens, n, s,
+                              static_cast<int>(m_.hidden), static_cast<int>(tp_rank_ * vocab_local_),
                               static_cast<int>(vocab_local_));
 }
 
@@ -212,6 +226,7 @@ double Transformer::forward_backward(const int* inputs, const int* targets, int 
   MicroBatch state;
   const double loss = forward(0, inputs, targets, nullptr, nullptr, b, s, loss_weight, tp, state);
   backward(0, nullptr, nullptr, b, s, tp, state);
+  if (split_weight_gradients_) weight_backward(0, b, s, state);
   return loss;
 }
 

@@ -40,14 +40,25 @@ inline bool decays(ParamRole r, bool decay_norms_and_biases) {
   return r == ParamRole::kMatrix || r == ParamRole::kEmbedding || decay_norms_and_biases;
 }
 
+// A block of a full parameter tensor, viewed as [rows, cols] row-major (a vector has one row): a
+// rank's `value` holds its pieces one after another, each row-major.
+struct ParamPiece {
+  int64_t row = 0, rows = 1, col = 0, cols = 0;
+};
+
 struct Param {
-  std::string name;
+  std::string name;  // the full tensor's, the same on every rank and plan ("layer3.qkv.w")
   Buffer value, grad;
   ParamRole role = ParamRole::kMatrix;
   bool tp_replicated = false;  // every TP rank holds the same values (norms, row biases, positions)
   bool sp_partial = false;     // a norm parameter: with SP its gradient is a partial sum over TP
   bool expert = false;         // a routed expert's under EP: reduced over the expert data-parallel ranks
   int64_t size = 0;            // elements; `value` may be released between uses under ZeRO-3
+  // Where this rank's elements sit in the full tensor of `shape` ([n] or [rows, cols]): a TP shard
+  // of QKV holds a block of Q rows, one of K and one of V. Checkpoints store shards with their
+  // pieces, so any plan can reassemble the full tensor (runtime/checkpoint.h).
+  std::vector<int64_t> shape;
+  std::vector<ParamPiece> pieces;
   bool empty() const { return size == 0; }
 };
 
@@ -85,8 +96,21 @@ class Transformer {
                  float loss_weight, Communicator& tp, MicroBatch& state);
   // Backward of one chunk: `dout` is the gradient of its output (unused on the last virtual
   // stage); writes the gradient of its input to `dinput` (unused on the first). Gradients
-  // accumulate into the params; `state` is consumed.
+  // accumulate into the params; `state` is consumed — with split weight gradients, all but what
+  // weight_backward needs.
   void backward(int chunk, const float* dout, float* dinput, int b, int s, Communicator& tp, MicroBatch& state);
+  // Zero-bubble schedules (ZB-H1: program/schedule.h splits_weight_gradients) run a chunk's
+  // backward as B, the input gradients only, and later W, the parameter gradients. Split, backward()
+  // keeps in `state` what each parameter gradient of the chunk's layers and embedding needs —
+  // copies of each linear layer's GEMM input and output gradient exactly as the combined backward
+  // multiplies them (SP-gathered, FP8-rounded), each norm's input, statistics and output gradient,
+  // the embedding output's gradient — and weight_backward() accumulates them, with the same
+  // arithmetic as the combined backward, and consumes `state`. W reads no parameter values (ZeRO-3
+  // has released them) and issues no collectives. The last virtual stage's head keeps computing
+  // its gradients in forward(), as it does unsplit.
+  void set_split_weight_gradients(bool on) { split_weight_gradients_ = on; }
+  bool split_weight_gradients() const { return split_weight_gradients_; }
+  void weight_backward(int chunk, int b, int s, MicroBatch& state);
 
   // Full: keep only each layer's input and re-run its forward before its backward; selective:
   // drop the attention probabilities and recompute them (Korthikanti et al.).
@@ -127,23 +151,36 @@ class Transformer {
     std::vector<Param*> params();
   };
   struct Cache;  // one layer's saved activations
+  struct WeightGradient;  // a parameter gradient B leaves for W (transformer_cache.h)
+  using WeightGradients = std::vector<WeightGradient>;
 
   Transformer() = default;
   void init_layer(Layer& layer, int64_t index, uint64_t seed);
   void norm_forward(const Param& w, const Param& b, float* out, float* stat_a, float* stat_b, const float* in, int n) const;
+  // The backward passes below accumulate parameter gradients now, or, given `later` (split weight
+  // gradients), compute the input gradients only and append what the parameter gradients need.
   void norm_backward(Param& w, Param& b, float* din, const float* dout, const float* in, const float* stat_a,
-                     const float* stat_b, int n) const;
+                     const float* stat_b, int n, WeightGradients* later = nullptr) const;
+  // dinp += dout W and W's gradient dW += dout^T x (db += column sums of dout; b may be null).
+  void linear_backward(float* dinp, Param& w, Param* b, const float* dout, const float* x, const float* weight, int n,
+                       int c, int oc, WeightGradients* later) const;
+  void accumulate(const WeightGradient& g) const;  // W: one parameter gradient B left
+  void embedding_gradient(const float* dx_full, const int* tokens, int n, int s);
   void layer_forward(Layer& layer, Cache& c, float* x, int b, int s, Communicator& tp) const;
-  void layer_backward(Layer& layer, Cache& c, float* dx, int b, int s, Communicator& tp) const;
+  void layer_backward(Layer& layer, Cache& c, float* dx, int b, int s, Communicator& tp, WeightGradients* later) const;
   // The MLP of n tokens (full over TP): y (partial over TP) from the second norm's output a; the
   // backward accumulates da (partial over TP) from dy (full).
   void mlp_forward(Layer& layer, Cache& c, const float* a, float* y, int n, Communicator& tp) const;
   // `a` is scratch the backward gathers the second norm's output into again (SP keeps only this
   // rank's tokens).
-  void mlp_backward(Layer& layer, Cache& c, const float* dy, float* a, float* da, int n, Communicator& tp) const;
+  void mlp_backward(Layer& layer, Cache& c, const float* dy, float* a, float* da, int n, Communicator& tp,
+                    WeightGradients* later) const;
   void moe_forward(Layer& layer, Cache& c, const float* a, float* y, int n, Communicator& tp) const;
-  void moe_backward(Layer& layer, Cache& c, const float* dy, float* a, float* da, int n, Communicator& tp) const;
+  void moe_backward(Layer& layer, Cache& c, const float* dy, float* a, float* da, int n, Communicator& tp,
+                    WeightGradients* later) const;
   void init_experts(Layer& layer, const std::string& name, int64_t index, uint64_t seed);
+  // Sets every parameter's full shape and pieces (transformer_shards.cc).
+  void describe_shards();
   // EP: sends rows[d] (of `width` floats) to EP rank d; returns what each rank sent here.
   std::vector<Buffer> exchange(std::vector<Buffer>& rows, int64_t width) const;
   void gather_tokens(float* full, const float* local, int n, Communicator& tp) const;
@@ -170,6 +207,7 @@ class Transformer {
   Recompute recompute_ = Recompute::kNone;
   bool sequence_parallel_ = false;
   bool fp8_ = false;
+  bool split_weight_gradients_ = false;
   int ep_ = 1, ep_rank_ = 0;
   Communicator* ep_comm_ = nullptr;
   int cp_ = 1, cp_rank_ = 0;

@@ -26,10 +26,26 @@ struct Transformer::Cache {
   std::vector<Buffer> expert_x, expert_u, expert_g;
 };
 
+// Split weight gradients: one parameter gradient B leaves for W, with copies of its operands
+// (they live from B to W only). A linear layer: dW += dout^T x and db += the column sums of dout,
+// x [rows, cols] and dout [rows, outputs] as the GEMM saw them. A norm (`norm`): dweight (and
+// dbias) from its input x and output gradient dout [rows, h] and its statistics.
+struct Transformer::WeightGradient {
+  bool norm = false;
+  Param* weight = nullptr;
+  Param* bias = nullptr;  // null: none
+  Buffer x, dout, stat_a, stat_b;
+  int rows = 0, cols = 0, outputs = 0;
+};
+
 struct Transformer::MicroBatch {
   std::vector<Cache> layers;
   std::vector<int> tokens;  // first virtual stage: for the embedding's backward
   Buffer dhead;             // last virtual stage: gradient of the last layer's output
+  // Split weight gradients, from B to W: the chunk's layers' parameter gradients, last layer
+  // first, and (first virtual stage) the gradient of the embedding output, gathered over TP.
+  WeightGradients weight_gradients;
+  Buffer dembedding;
 };
 
 }  // namespace parallax

@@ -45,11 +45,46 @@ void Transformer::norm_forward(const Param& w, const Param& b, float* out, float
 }
 
 void Transformer::norm_backward(Param& w, Param& b, float* din, const float* dout, const float* in, const float* stat_a,
-                                const float* stat_b, int n) const {
+                                const float* stat_b, int n, WeightGradients* later) const {
   const int h = static_cast<int>(m_.hidden);
-  if (m_.norm == Norm::kLayerNorm)
-    kernels::layernorm_backward(din, w.grad.data(), grad_or_null(b), dout, in, w.value.data(), stat_a, stat_b, n, h);
-  else kernels::rmsnorm_backward(din, w.grad.data(), dout, in, w.value.data(), stat_a, n, h);
+  const bool ln = m_.norm == Norm::kLayerNorm;
+  float* dw = later ? nullptr : w.grad.data();
+  float* db = later ? nullptr : grad_or_null(b);
+  if (ln) kernels::layernorm_backward(din, dw, db, dout, in, w.value.data(), stat_a, stat_b, n, h);
+  else kernels::rmsnorm_backward(din, dw, dout, in, w.value.data(), stat_a, n, h);
+  if (!later) return;
+  const int64_t size = static_cast<int64_t>(n) * h;
+  WeightGradient g{true, &w, b.empty() ? nullptr : &b, Buffer(in, in + size), Buffer(dout, dout + size),
+                   Buffer(stat_a, stat_a + n), ln ? Buffer(stat_b, stat_b + n) : Buffer(), n, h, h};
+  later->push_back(std::move(g));
+}
+
+void Transformer::linear_backward(float* dinp, Param& w, Param* b, const float* dout, const float* x,
+                                  const float* weight, int n, int c, int oc, WeightGradients* later) const {
+  Param* bias = b && !b->empty() ? b : nullptr;
+  if (!later) {
+    kernels::matmul_backward(dinp, w.grad.data(), bias ? bias->grad.data() : nullptr, dout, x, weight, n, c, oc);
+    return;
+  }
+  kernels::matmul_backward(dinp, nullptr, nullptr, dout, x, weight, n, c, oc);
+  WeightGradient g{false, &w, bias, Buffer(x, x + static_cast<int64_t>(n) * c),
+                   Buffer(dout, dout + static_cast<int64_t>(n) * oc), Buffer(), Buffer(), n, c, oc};
+  later->push_back(std::move(g));
+}
+
+// W reads no parameter values: the kernels read the weight only for the input gradient.
+void Transformer::accumulate(const WeightGradient& g) const {
+  float* db = g.bias ? g.bias->grad.data() : nullptr;
+  if (!g.norm) {
+    kernels::matmul_backward(nullptr, g.weight->grad.data(), db, g.dout.data(), g.x.data(), nullptr, g.rows, g.cols,
+                             g.outputs);
+  } else if (m_.norm == Norm::kLayerNorm) {
+    kernels::layernorm_backward(nullptr, g.weight->grad.data(), db, g.dout.data(), g.x.data(), nullptr, g.stat_a.data(),
+                                g.stat_b.data(), g.rows, g.cols);
+  } else {
+    kernels::rmsnorm_backward(nullptr, g.weight->grad.data(), g.dout.data(), g.x.data(), nullptr, g.stat_a.data(),
+                              g.rows, g.cols);
+  }
 }
 
 // Without SP a layer's residual stream is replicated over TP: gathering is a copy and the
@@ -229,22 +264,20 @@ void Transformer::mlp_forward(Layer& L, Cache& c, const float* a, float* y, int 
                           gemm_operand(fw, L.fc2_w.value.data(), L.fc2_w.size, false, tp), nullptr, n, fl, h);
 }
 
-void Transformer::mlp_backward(Layer& L, Cache& c, const float* dy, float* a, float* da, int n,
-                               Communicator& tp) const {
+void Transformer::mlp_backward(Layer& L, Cache& c, const float* dy, float* a, float* da, int n, Communicator& tp,
+                               WeightGradients* later) const {
   const int h = static_cast<int>(m_.hidden), fl = static_cast<int>(ffn_local_), f1 = static_cast<int>(fc1_local_);
   Buffer dg(static_cast<int64_t>(n) * fl, 0.0f), du(static_cast<int64_t>(n) * f1, 0.0f), fd, fx, fw;
-  kernels::matmul_backward(dg.data(), L.fc2_w.grad.data(), grad_or_null(L.fc2_b),
-                           gemm_operand(fd, dy, static_cast<int64_t>(n) * h, true, tp),
-                           gemm_operand(fx, c.g.data(), static_cast<int64_t>(c.g.size()), false, tp),
-                           gemm_operand(fw, L.fc2_w.value.data(), L.fc2_w.size, false, tp), n, fl, h);
+  linear_backward(dg.data(), L.fc2_w, &L.fc2_b, gemm_operand(fd, dy, static_cast<int64_t>(n) * h, true, tp),
+                  gemm_operand(fx, c.g.data(), static_cast<int64_t>(c.g.size()), false, tp),
+                  gemm_operand(fw, L.fc2_w.value.data(), L.fc2_w.size, false, tp), n, fl, h, later);
   if (m_.mlp == Mlp::kSwiGlu) kernels::swiglu_backward(du.data(), c.u.data(), dg.data(), n, fl);
   else if (m_.mlp == Mlp::kSquaredRelu) kernels::relu2_backward(du.data(), c.u.data(), dg.data(), static_cast<long>(du.size()));
   else kernels::gelu_backward(du.data(), c.u.data(), dg.data(), static_cast<long>(du.size()));
   gather_tokens(a, c.a2.data(), n, tp);
-  kernels::matmul_backward(da, L.fc1_w.grad.data(), grad_or_null(L.fc1_b),
-                           gemm_operand(fd, du.data(), static_cast<int64_t>(du.size()), true, tp),
-                           gemm_operand(fx, a, static_cast<int64_t>(n) * h, false, tp),
-                           gemm_operand(fw, L.fc1_w.value.data(), L.fc1_w.size, false, tp), n, h, f1);
+  linear_backward(da, L.fc1_w, &L.fc1_b, gemm_operand(fd, du.data(), static_cast<int64_t>(du.size()), true, tp),
+                  gemm_operand(fx, a, static_cast<int64_t>(n) * h, false, tp),
+                  gemm_operand(fw, L.fc1_w.value.data(), L.fc1_w.size, false, tp), n, h, f1, later);
 }
 
 void Transformer::drop_for_recompute(Cache& c) const {
@@ -268,7 +301,8 @@ void Transformer::recompute(Layer& L, Cache& c, int b, int s, Communicator& tp) 
   }
 }
 
-void Transformer::layer_backward(Layer& L, Cache& c, float* dx, int b, int s, Communicator& tp) const {
+void Transformer::layer_backward(Layer& L, Cache& c, float* dx, int b, int s, Communicator& tp,
+                                 WeightGradients* later) const {
   const int n = b * s, h = static_cast<int>(m_.hidden), hd = static_cast<int>(m_.head_dim);
   const int nl = local_tokens(n);
   const int ql = static_cast<int>(q_local_), kvl = static_cast<int>(kv_local_), width = ql + 2 * kvl;
@@ -277,17 +311,17 @@ void Transformer::layer_backward(Layer& L, Cache& c, float* dx, int b, int s, Co
   // MLP: dx is the gradient of the layer output = of the FC2 output and of the residual.
   Buffer dy(full), a_full(full), da(full, 0.0f), da_local(static_cast<int64_t>(nl) * h);
   gather_tokens(dy.data(), dx, n, tp);
-  if (m_.is_moe()) moe_backward(L, c, dy.data(), a_full.data(), da.data(), n, tp);
-  else mlp_backward(L, c, dy.data(), a_full.data(), da.data(), n, tp);
+  if (m_.is_moe()) moe_backward(L, c, dy.data(), a_full.data(), da.data(), n, tp, later);
+  else mlp_backward(L, c, dy.data(), a_full.data(), da.data(), n, tp, later);
   reduce_tokens(da_local.data(), da.data(), n, tp);  // column-parallel: partial input gradients
   Buffer fd, fx, fw;  // FP8: the rounded operands
-  norm_backward(L.ln2_w, L.ln2_b, dx, da_local.data(), c.x1.data(), c.n2a.data(), c.n2b.data(), nl);
+  norm_backward(L.ln2_w, L.ln2_b, dx, da_local.data(), c.x1.data(), c.n2a.data(), c.n2b.data(), nl, later);
   // Attention: dx is now the gradient of x1 = of the projection output and of the residual.
   Buffer d_o(c.o.size(), 0.0f), dq(c.q.size(), 0.0f), dk(c.k.size(), 0.0f), dv(c.v.size(), 0.0f);
   gather_tokens(dy.data(), dx, n, tp);
-  kernels::matmul_backward(d_o.data(), L.proj_w.grad.data(), grad_or_null(L.proj_b), gemm_operand(fd, dy.data(), full, true, tp),
-                           gemm_operand(fx, c.o.data(), static_cast<int64_t>(c.o.size()), false, tp),
-                           gemm_operand(fw, L.proj_w.value.data(), L.proj_w.size, false, tp), n, ql, h);
+  linear_backward(d_o.data(), L.proj_w, &L.proj_b, gemm_operand(fd, dy.data(), full, true, tp),
+                  gemm_operand(fx, c.o.data(), static_cast<int64_t>(c.o.size()), false, tp),
+                  gemm_operand(fw, L.proj_w.value.data(), L.proj_w.size, false, tp), n, ql, h, later);
   kernels::attention_backward(dq.data(), dk.data(), dv.data(), d_o.data(), c.q.data(), c.k.data(), c.v.data(), c.probs.data(),
                               attention_shape(b, s));
   if (cp_ > 1) {  // every rank's queries contributed to these keys' gradients: summed to their owner
@@ -307,12 +341,11 @@ void Transformer::layer_backward(Layer& L, Cache& c, float* dx, int b, int s, Co
   columns(dv.data(), dqkv.data(), n, width, ql + kvl, kvl, true);
   std::fill(da.begin(), da.end(), 0.0f);
   gather_tokens(a_full.data(), c.a.data(), n, tp);
-  kernels::matmul_backward(da.data(), L.qkv_w.grad.data(), grad_or_null(L.qkv_b),
-                           gemm_operand(fd, dqkv.data(), static_cast<int64_t>(dqkv.size()), true, tp),
-                           gemm_operand(fx, a_full.data(), full, false, tp),
-                           gemm_operand(fw, L.qkv_w.value.data(), L.qkv_w.size, false, tp), n, h, width);
+  linear_backward(da.data(), L.qkv_w, &L.qkv_b, gemm_operand(fd, dqkv.data(), static_cast<int64_t>(dqkv.size()), true, tp),
+                  gemm_operand(fx, a_full.data(), full, false, tp),
+                  gemm_operand(fw, L.qkv_w.value.data(), L.qkv_w.size, false, tp), n, h, width, later);
   reduce_tokens(da_local.data(), da.data(), n, tp);
-  norm_backward(L.ln1_w, L.ln1_b, dx, da_local.data(), c.x.data(), c.n1a.data(), c.n1b.data(), nl);
+  norm_backward(L.ln1_w, L.ln1_b, dx, da_local.data(), c.x.data(), c.n1a.data(), c.n1b.data(), nl, later);
 }
 
 }  // namespace parallax

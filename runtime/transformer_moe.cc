@@ -158,7 +158,8 @@ void Transformer::moe_forward(Layer& L, Cache& c, const float* a, float* y, int 
     }
 }
 
-void Transformer::moe_backward(Layer& L, Cache& c, const float* dy, float* a, float* da, int n, Communicator& tp) const {
+void Transformer::moe_backward(Layer& L, Cache& c, const float* dy, float* a, float* da, int n, Communicator& tp,
+                               WeightGradients* later) const {
   const int h = static_cast<int>(m_.hidden), E = static_cast<int>(m_.experts), k = static_cast<int>(m_.experts_per_token);
   const int local = E / ep_, fl = static_cast<int>(ffn_local_), f1 = static_cast<int>(fc1_local_);
   // The combine weights' gradients: <dy, expert output>, whose partial sums over TP add up.
@@ -184,11 +185,11 @@ void Transformer::moe_backward(Layer& L, Cache& c, const float* dy, float* a, fl
       std::copy(in[s].data() + static_cast<int64_t>(i) * h, in[s].data() + static_cast<int64_t>(i + 1) * h,
                 dye.data() + static_cast<int64_t>(r) * h);
     }
-    kernels::matmul_backward(dg.data(), L.expert_fc2[le].grad.data(), nullptr, dye.data(), c.expert_g[le].data(),
-                             L.expert_fc2[le].value.data(), rows, fl, h);
+    linear_backward(dg.data(), L.expert_fc2[le], nullptr, dye.data(), c.expert_g[le].data(),
+                    L.expert_fc2[le].value.data(), rows, fl, h, later);
     kernels::swiglu_backward(du.data(), c.expert_u[le].data(), dg.data(), rows, fl);
-    kernels::matmul_backward(dx.data(), L.expert_fc1[le].grad.data(), nullptr, du.data(), c.expert_x[le].data(),
-                             L.expert_fc1[le].value.data(), rows, h, f1);
+    linear_backward(dx.data(), L.expert_fc1[le], nullptr, du.data(), c.expert_x[le].data(),
+                    L.expert_fc1[le].value.data(), rows, h, f1, later);
     for (int r = 0; r < rows; ++r) {
       const auto [s, i] = c.expert_rows[le][r];
       std::copy(dx.data() + static_cast<int64_t>(r) * h, dx.data() + static_cast<int64_t>(r + 1) * h,
@@ -217,7 +218,7 @@ void Transformer::moe_backward(Layer& L, Cache& c, const float* dy, float* a, fl
   // The router runs whole on every TP rank: its input gradient enters the TP sum once.
   gather_tokens(a, c.a2.data(), n, tp);
   Buffer da_router(static_cast<int64_t>(n) * h, 0.0f);
-  kernels::matmul_backward(da_router.data(), L.router.grad.data(), nullptr, dlogits.data(), a, L.router.value.data(), n, h, E);
+  linear_backward(da_router.data(), L.router, nullptr, dlogits.data(), a, L.router.value.data(), n, h, E, later);
   if (tp_rank_ == 0)
     for (int64_t i = 0; i < static_cast<int64_t>(n) * h; ++i) da[i] += da_router[i];
 }

@@ -8,7 +8,7 @@ PACKAGES=(
   nlohmann-json3-dev libeigen3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
-  python3
+  python3 python3-numpy
 )
 if [[ "${1:-}" == "--fuzz" ]]; then PACKAGES+=(clang clang-14 libclang-rt-14-dev); fi
 missing=()

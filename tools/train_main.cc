@@ -167,7 +167,8 @@ TrainOptions prepare(const Options& o, const ModelSpec& m, Communicator& world) 
     fail_all(world, "--emulate-rank, --init fast and --peak-tflops need --device cuda");
   if (o.device == "cuda" && (!o.checkpoint.empty() || o.resume)) fail_all(world, "--device cuda does not checkpoint yet");
   if (o.device == "cuda" && o.fail_rank >= 0) fail_all(world, "--fail-rank is a test hook of the CPU runtime");
-  if (o.steps < 1) fail_all(world, "--steps must be >= 1");
+  if (o.steps < 0 || (o.steps == 0 && (o.checkpoint.empty() || o.resume)))
+    fail_all(world, "--steps must be >= 1 (0 only with --checkpoint and no --resume: it writes the initial state)");
   if (o.watchdog_s <= 0) fail_all(world, "--watchdog-seconds must be > 0");
   if (o.resume && o.checkpoint.empty()) fail_all(world, "--resume needs --checkpoint DIR");
   Result<LaunchInfo> launch = launch_info_from_env();
@@ -189,17 +190,28 @@ TrainOptions prepare(const Options& o, const ModelSpec& m, Communicator& world) 
   return options;
 }
 
-// What a resumed run must match. The data position is the step; the random state is the seeds
-// (initialization and synthetic tokens are counter-based functions of them).
-nlohmann::json run_identity(const Options& o, const Plan& plan, const ModelSpec& m, const TrainOptions& options,
-                            int world_size) {
+// What a resumed run must match: the model, the batch and the data. The data position is the step;
+// the random state is the seeds (initialization and synthetic tokens are counter-based functions
+// of them). The plan may change: checkpoints reshard.
+nlohmann::json run_identity(const Options& o, const Plan& plan, const ModelSpec& m, const TrainOptions& options) {
   const std::string data = options.data.empty()
                                ? std::string("synthetic")
                                : "fnv1a64:" + std::to_string(fnv1a64(std::string(
                                                   reinterpret_cast<const char*>(options.data.data()),
                                                   options.data.size() * sizeof(int))));
-  return {{"plan", plan_to_json(plan)}, {"model", m.name}, {"params_total", total_params(m)},
-          {"world_size", world_size}, {"seed", o.seed}, {"data_seed", options.data_seed}, {"data", data}};
+  return {{"model", m.name},           {"params_total", total_params(m)}, {"global_batch", plan.global_batch},
+          {"seq_len", plan.seq_len},    {"seed", o.seed},                   {"data_seed", options.data_seed},
+          {"data", data}};
+}
+
+// What a checkpoint's manifest records beside the identity: the counters a resumed run continues
+// from, and the plan and world that wrote it.
+nlohmann::json checkpoint_info(const Plan& plan, const Trainer& trainer, int world_size) {
+  return {{"plan", plan_to_json(plan)},
+          {"world_size", world_size},
+          {"loss_scale", trainer.loss_scaler().scale},
+          {"clean_steps", trainer.loss_scaler().clean_steps},
+          {"updates", trainer.updates()}};
 }
 
 // Steps first..steps-1, checkpointing as asked; the fail-rank hook kills its rank on cue.
@@ -217,8 +229,8 @@ RunLog train_steps(const Options& o, const Plan& plan, Trainer& trainer, Communi
     if (world.rank() == o.fail_rank && step + 1 - first == o.fail_after_steps) std::raise(SIGKILL);
     const bool last = step + 1 == o.steps, periodic = o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0;
     if (!o.checkpoint.empty() && (last || periodic))
-      if (Status s = save_checkpoint(o.checkpoint, step + 1, trainer.save_state(), world, identity,
-                                     {{"loss_scale", stats.loss_scale}, {"updates", trainer.updates()}});
+      if (Status s = save_checkpoint(o.checkpoint, step + 1, trainer.export_state(), world, identity,
+                                     checkpoint_info(plan, trainer, world.size()));
           !s.ok())
         fail_all(world, s.error());
   }
@@ -256,13 +268,28 @@ int run(int argc, char** argv) {
   std::unique_ptr<Communicator> watched_world = watched(make_mpi_world(&argc, &argv), &dog);
   Result<std::unique_ptr<Trainer>> trainer = Trainer::create(*m, *plan, *watched_world, options);
   if (!trainer.ok()) fail_all(*world, trainer.error());
-  const nlohmann::json identity = run_identity(o, *plan, *m, options, world->size());
+  const nlohmann::json identity = run_identity(o, *plan, *m, options);
   int64_t first = 0;
   if (o.resume) {
     Result<LoadedCheckpoint> ckpt = load_checkpoint(o.checkpoint, *watched_world, identity);
     if (!ckpt.ok()) fail_all(*world, ckpt.error());
-    if (Status s = (*trainer)->load_state(ckpt->state); !s.ok()) fail_all(*world, o.checkpoint + ": " + s.error());
+    LossScaler scaler;
+    scaler.scale = ckpt->manifest.value("loss_scale", 1.0f);
+    scaler.clean_steps = ckpt->manifest.value("clean_steps", int64_t{0});
+    if (Status s = (*trainer)->import_state(ckpt->tensors, ckpt->manifest.value("updates", int64_t{0}), scaler); !s.ok())
+      fail_all(*world, o.checkpoint + ": " + s.error());
     first = ckpt->step;
+  }
+  if (o.steps == 0) {  // the initial state, as a checkpoint at step 0
+    if (Status s = save_checkpoint(o.checkpoint, 0, (*trainer)->export_state(), *watched_world, identity,
+                                   checkpoint_info(*plan, **trainer, world->size()));
+        !s.ok())
+      fail_all(*world, s.error());
+    trainer = Error{"done"};
+    watched_world.reset();
+    world.reset();
+    finalize_mpi();
+    return 0;
   }
   const RunLog log = train_steps(o, *plan, **trainer, *watched_world, identity, first);
   if (log.losses.empty()) fail_all(*world, "nothing to do: the checkpoint is already at step " + std::to_string(first));

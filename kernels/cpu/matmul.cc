@@ -20,7 +20,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* weight, int n, int c, int oc) {
   ConstMap dy(dout, n, oc);
   if (dinp) Map(dinp, n, c).noalias() += dy * ConstMap(weight, oc, c);
-  Map(dweight, oc, c).noalias() += dy.transpose() * ConstMap(inp, n, c);
+  if (dweight) Map(dweight, oc, c).noalias() += dy.transpose() * ConstMap(inp, n, c);
   if (dbias) Eigen::Map<Eigen::RowVectorXf>(dbias, oc) += dy.colwise().sum();
 }
 

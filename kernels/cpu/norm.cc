@@ -26,10 +26,9 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   for (int i = 0; i < n; ++i) {
     const float* x = inp + static_cast<long>(i) * c;
     const float* dy = dout + static_cast<long>(i) * c;
-    float* dx = dinp + static_cast<long>(i) * c;
     // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * weight.
     double g_mean = 0, gx_mean = 0;
-    for (int j = 0; j < c; ++j) {
+    for (int j = 0; dinp && j < c; ++j) {
       const float xhat = (x[j] - mean[i]) * rstd[i];
       g_mean += dy[j] * weight[j];
       gx_mean += dy[j] * weight[j] * xhat;
@@ -39,8 +38,10 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     for (int j = 0; j < c; ++j) {
       const float xhat = (x[j] - mean[i]) * rstd[i];
       if (dbias) dbias[j] += dy[j];
-      dweight[j] += dy[j] * xhat;
-      dx[j] += rstd[i] * (dy[j] * weight[j] - static_cast<float>(g_mean) - xhat * static_cast<float>(gx_mean));
+      if (dweight) dweight[j] += dy[j] * xhat;
+      if (dinp)
+        dinp[static_cast<long>(i) * c + j] +=
+            rstd[i] * (dy[j] * weight[j] - static_cast<float>(g_mean) - xhat * static_cast<float>(gx_mean));
     }
   }
 }
@@ -62,15 +63,15 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
   for (int i = 0; i < n; ++i) {
     const float* x = inp + static_cast<long>(i) * c;
     const float* dy = dout + static_cast<long>(i) * c;
-    float* dx = dinp + static_cast<long>(i) * c;
     // y = x r w with r = (mean(x^2) + eps)^-1/2: dx = r (g - xhat mean(g xhat)), g = dy w, xhat = x r.
     double gx_mean = 0;
-    for (int j = 0; j < c; ++j) gx_mean += dy[j] * weight[j] * x[j] * rrms[i];
+    for (int j = 0; dinp && j < c; ++j) gx_mean += dy[j] * weight[j] * x[j] * rrms[i];
     gx_mean /= c;
     for (int j = 0; j < c; ++j) {
       const float xhat = x[j] * rrms[i];
-      dweight[j] += dy[j] * xhat;
-      dx[j] += rrms[i] * (dy[j] * weight[j] - xhat * static_cast<float>(gx_mean));
+      if (dweight) dweight[j] += dy[j] * xhat;
+      if (dinp)
+        dinp[static_cast<long>(i) * c + j] += rrms[i] * (dy[j] * weight[j] - xhat * static_cast<float>(gx_mean));
     }
   }
 }

@@ -153,7 +153,7 @@ void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
     run({false, false, c, n, oc, weight, c, dout, oc, dinp, c, accumulate_dinp ? 1.0f : 0.0f}, dtype<T>(), dtype<T>());
   // dW^T (C x OC) += x^T (C x N) dout (N x OC): B = dout^T stored column-major OC x N, transposed;
   // written in fp32 so micro-batches accumulate without 16-bit rounding.
-  run({false, true, c, oc, n, inp, c, dout, oc, dweight, c, 1.0f}, dtype<T>(), CUDA_R_32F);
+  if (dweight) run({false, true, c, oc, n, inp, c, dout, oc, dweight, c, 1.0f}, dtype<T>(), CUDA_R_32F);
   if (dbias) bias_backward(dbias, dout, n, oc);
 }
 

@@ -13,8 +13,10 @@ namespace parallax::kernels::cuda {
 // out = inp * weight^T (+ bias).
 template <class T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int n, int c, int oc);
-// Accumulates into dinp (may be null), dweight and dbias (may be null). With accumulate_dinp
-// false, dinp is written instead (the GPU trainer's fresh buffers need no zeroing pass).
+// Accumulates into dinp, dweight and dbias, each of which may be null (a zero-bubble schedule's B
+// asks for dinp alone, its W for dweight and dbias alone; `weight` is read only for dinp). With
+// accumulate_dinp false, dinp is written instead (the GPU trainer's fresh buffers need no zeroing
+// pass).
 template <class T>
 void matmul_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp, const T* weight, int n, int c,
                      int oc, bool accumulate_dinp = true);

@@ -58,7 +58,27 @@ template <class T>
 void copy(T* dst, const T* src, int64_t n, cudaStream_t s) {
   cu::check(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, s), "copy activations");
 }
+template <class T>
+DeviceArray<T> copy_of(const T* src, int64_t n, cudaStream_t s) {
+  DeviceArray<T> out(n);
+  copy(out.data(), src, n, s);
+  return out;
+}
 }  // namespace
+
+// Split, the operands are copied: B goes on to overwrite or free the buffers they are in.
+template <class T>
+void GpuModel<T>::linear_backward(T* dinp, int64_t wt, int64_t bt, const T* dout, const T* x, int n, int c, int oc,
+                                  std::vector<WeightGemm>* later) {
+  cu::set_stream(stream_);
+  if (!later) {
+    cu::matmul_backward(dinp, g(wt), bt >= 0 ? g(bt) : nullptr, dout, x, w(wt), n, c, oc, false);
+    return;
+  }
+  cu::matmul_backward(dinp, static_cast<float*>(nullptr), static_cast<float*>(nullptr), dout, x, w(wt), n, c, oc, false);
+  const int64_t rows = n;  // the copies' sizes, in 64 bits
+  later->push_back({wt, bt, copy_of(x, rows * c, stream_), copy_of(dout, rows * oc, stream_), n, c, oc});
+}
 
 template <class T>
 void GpuModel<T>::layer_forward(const Layer& L, Cache& c, T* x, int b, int s, DeviceCommunicator& tp) {
@@ -116,7 +136,8 @@ void GpuModel<T>::layer_forward(const Layer& L, Cache& c, T* x, int b, int s, De
 // The MLP half of the backward: dx is the gradient of the layer output (of the FC2 output and of
 // the residual); on return it is the gradient of x1.
 template <class T>
-void GpuModel<T>::mlp_backward(const Layer& L, Cache& c, T* dx, int b, int s, DeviceCommunicator& tp) {
+void GpuModel<T>::mlp_backward(const Layer& L, Cache& c, T* dx, int b, int s, DeviceCommunicator& tp,
+                               std::vector<WeightGemm>* later) {
   const int n = b * s, h = static_cast<int>(m_.hidden), nl = local_tokens(n);
   const int fl = static_cast<int>(ffn_local_), f1 = static_cast<int>(fc1_local_);
   const int64_t full = static_cast<int64_t>(n) * h;
@@ -125,17 +146,13 @@ void GpuModel<T>::mlp_backward(const Layer& L, Cache& c, T* dx, int b, int s, De
       du(static_cast<int64_t>(n) * f1), da(full), da_scattered(sp ? static_cast<int64_t>(nl) * h : 0);
   const T* dy = sp ? dy_full.data() : dx;
   gather_tokens(dy_full.data(), dx, n, tp);
-  cu::set_stream(stream_);
-  cu::matmul_backward(dg.data(), g(L.fc2_w), L.fc2_b >= 0 ? g(L.fc2_b) : nullptr, dy, c.g.data(), w(L.fc2_w), n, fl, h,
-                      false);
+  linear_backward(dg.data(), L.fc2_w, L.fc2_b, dy, c.g.data(), n, fl, h, later);
   cu::check(cudaMemsetAsync(du.data(), 0, du.size() * sizeof(T), stream_), "zero du");
   if (m_.mlp == Mlp::kSwiGlu) cu::swiglu_backward(du.data(), c.u.data(), dg.data(), n, fl);
   else cu::gelu_backward(du.data(), c.u.data(), dg.data(), static_cast<long>(du.size()));
   const T* a_full = sp ? a_gathered.data() : c.a2.data();
   gather_tokens(a_gathered.data(), c.a2.data(), n, tp);  // SP kept only this rank's tokens
-  cu::set_stream(stream_);
-  cu::matmul_backward(da.data(), g(L.fc1_w), L.fc1_b >= 0 ? g(L.fc1_b) : nullptr, du.data(), a_full, w(L.fc1_w), n, h,
-                      f1, false);
+  linear_backward(da.data(), L.fc1_w, L.fc1_b, du.data(), a_full, n, h, f1, later);
   T* da_local = sp ? da_scattered.data() : da.data();
   reduce_tokens(da_local, da.data(), n, tp);  // column-parallel: partial input gradients
   norm_backward(L.ln2_w, L.ln2_b, dx, da_local, c.x1.data(), c.n2a.data(), c.n2b.data(), nl);
@@ -144,7 +161,8 @@ void GpuModel<T>::mlp_backward(const Layer& L, Cache& c, T* dx, int b, int s, De
 // The attention half: dx is the gradient of x1 (of the projection output and of the residual);
 // on return it is the gradient of the layer input.
 template <class T>
-void GpuModel<T>::attention_backward(const Layer& L, Cache& c, T* dx, int b, int s, DeviceCommunicator& tp) {
+void GpuModel<T>::attention_backward(const Layer& L, Cache& c, T* dx, int b, int s, DeviceCommunicator& tp,
+                                     std::vector<WeightGemm>* later) {
   const int n = b * s, h = static_cast<int>(m_.hidden), hd = static_cast<int>(m_.head_dim), nl = local_tokens(n);
   const int ql = static_cast<int>(q_local_), kvl = static_cast<int>(kv_local_), width = ql + 2 * kvl;
   const int heads = static_cast<int>(m_.heads / o_.tp), kv_heads = static_cast<int>(m_.kv_heads / o_.tp);
@@ -153,9 +171,7 @@ void GpuModel<T>::attention_backward(const Layer& L, Cache& c, T* dx, int b, int
   DeviceArray<T> dy_full(sp ? full : 0), d_o(c.o.size()), dq(c.q.size()), dk(c.k.size()), dv(c.v.size());
   const T* dy = sp ? dy_full.data() : dx;
   gather_tokens(dy_full.data(), dx, n, tp);
-  cu::set_stream(stream_);
-  cu::matmul_backward(d_o.data(), g(L.proj_w), L.proj_b >= 0 ? g(L.proj_b) : nullptr, dy, c.o.data(), w(L.proj_w), n,
-                      ql, h, false);
+  linear_backward(d_o.data(), L.proj_w, L.proj_b, dy, c.o.data(), n, ql, h, later);
   cu::flash_attention_backward(dq.data(), dk.data(), dv.data(), d_o.data(), c.q.data(), c.k.data(), c.v.data(),
                                c.o.data(), c.lse.data(), {b, s, heads, kv_heads, hd});
   d_o.reset();
@@ -172,9 +188,7 @@ void GpuModel<T>::attention_backward(const Layer& L, Cache& c, T* dx, int b, int
   DeviceArray<T> a_gathered(sp ? full : 0), da(full), da_scattered(sp ? static_cast<int64_t>(nl) * h : 0);
   const T* a_full = sp ? a_gathered.data() : c.a.data();
   gather_tokens(a_gathered.data(), c.a.data(), n, tp);
-  cu::set_stream(stream_);
-  cu::matmul_backward(da.data(), g(L.qkv_w), L.qkv_b >= 0 ? g(L.qkv_b) : nullptr, dqkv.data(), a_full, w(L.qkv_w), n,
-                      h, width, false);
+  linear_backward(da.data(), L.qkv_w, L.qkv_b, dqkv.data(), a_full, n, h, width, later);
   T* da_local = sp ? da_scattered.data() : da.data();
   reduce_tokens(da_local, da.data(), n, tp);
   norm_backward(L.ln1_w, L.ln1_b, dx, da_local, c.x.data(), c.n1a.data(), c.n1b.data(), nl);
@@ -189,8 +203,12 @@ void GpuModel<T>::attention_backward(const Layer& L, Cache& c, T* dx, int b, int
   template void GpuModel<T>::gather_tokens(T*, const T*, int, DeviceCommunicator&);                            \
   template void GpuModel<T>::reduce_tokens(T*, T*, int, DeviceCommunicator&);                                  \
   template void GpuModel<T>::layer_forward(const Layer&, Cache&, T*, int, int, DeviceCommunicator&);           \
-  template void GpuModel<T>::mlp_backward(const Layer&, Cache&, T*, int, int, DeviceCommunicator&);            \
-  template void GpuModel<T>::attention_backward(const Layer&, Cache&, T*, int, int, DeviceCommunicator&);
+  template void GpuModel<T>::mlp_backward(const Layer&, Cache&, T*, int, int, DeviceCommunicator&,            \
+                                          std::vector<WeightGemm>*);                                           \
+  template void GpuModel<T>::attention_backward(const Layer&, Cache&, T*, int, int, DeviceCommunicator&,      \
+                                                std::vector<WeightGemm>*);                                     \
+  template void GpuModel<T>::linear_backward(T*, int64_t, int64_t, const T*, const T*, int, int, int,         \
+                                             std::vector<WeightGemm>*);                                       
 PARALLAX_INSTANTIATE(float)
 PARALLAX_INSTANTIATE(cu::bf16)
 PARALLAX_INSTANTIATE(cu::fp16)

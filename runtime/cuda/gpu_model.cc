@@ -268,6 +268,7 @@ void GpuModel<T>::backward(MicroBatch& mb, const T* dout, T* dinput, int b, int 
     dx = DeviceArray<T>(local);
     cu::check(cudaMemcpyAsync(dx.data(), dout, local * sizeof(T), cudaMemcpyDeviceToDevice, stream_), "stage gradient");
   }
+  if (o_.split_weight_gradients) mb.weight_gemms.resize(layers_.size());
   for (size_t l = layers_.size(); l-- > 0;) {
     Cache& c = mb.layers[l];
     if (o_.recompute == Recompute::kFull) {
@@ -275,14 +276,30 @@ void GpuModel<T>::backward(MicroBatch& mb, const T* dout, T* dinput, int b, int 
       cu::check(cudaMemcpyAsync(x.data(), c.x.data(), local * sizeof(T), cudaMemcpyDeviceToDevice, stream_), "recompute");
       layer_forward(layers_[l], c, x.data(), b, s, tp);  // the same TP collectives on every rank
     }
-    mlp_backward(layers_[l], c, dx.data(), b, s, tp);
-    attention_backward(layers_[l], c, dx.data(), b, s, tp);
+    std::vector<WeightGemm>* later = o_.split_weight_gradients ? &mb.weight_gemms[l] : nullptr;
+    mlp_backward(layers_[l], c, dx.data(), b, s, tp, later);
+    attention_backward(layers_[l], c, dx.data(), b, s, tp, later);
     c = Cache{};
-    if (layer_done) layer_done(static_cast<int>(l));
+    if (layer_done && !later) layer_done(static_cast<int>(l));
   }
   mb.layers.clear();
   if (first_stage()) embed_backward(dx.data(), mb.tokens, n, s, tp);
   else cu::check(cudaMemcpyAsync(dinput, dx.data(), local * sizeof(T), cudaMemcpyDeviceToDevice, stream_), "stage input gradient");
+}
+
+// W of ZB-H1: the weight-gradient GEMMs B left, last layer first (the order B ran them in). The
+// copies they read were made on this stream, and freed here they may be reused at once.
+template <class T>
+void GpuModel<T>::weight_backward(MicroBatch& mb, const std::function<void(int)>& layer_done) {
+  cu::set_stream(stream_);
+  for (size_t l = mb.weight_gemms.size(); l-- > 0;) {
+    for (const WeightGemm& job : mb.weight_gemms[l])
+      cu::matmul_backward(static_cast<T*>(nullptr), g(job.weight), job.bias >= 0 ? g(job.bias) : nullptr,
+                          job.dout.data(), job.x.data(), static_cast<const T*>(nullptr), job.n, job.c, job.oc);
+    mb.weight_gemms[l].clear();
+    if (layer_done) layer_done(static_cast<int>(l));
+  }
+  mb.weight_gemms.clear();
 }
 
 template class GpuModel<float>;

@@ -49,6 +49,9 @@ struct GpuModelOptions {
   // `shards` equal, aligned pieces.
   int shards = 1;
   Plan::LayerRange stage_layers;  // uneven pipelines: this stage's layers; count 0 = m.layers / pp
+  // Zero-bubble schedules (ZB-H1): backward() leaves the linear layers' weight-gradient GEMMs to
+  // weight_backward().
+  bool split_weight_gradients = false;
 };
 
 template <class T>
@@ -93,14 +96,22 @@ class GpuModel {
   // input gradient to `dinput` (unused on the first). Gradients accumulate into grads();
   // after layer l's backward, `layer_done(l)` is called (the trainer starts that layer's DP
   // reduction). `mb` is consumed.
+  // With split weight gradients (ZB-H1) the backward is B, the data gradients: each linear layer's
+  // input-gradient GEMM runs, and its weight-gradient GEMM (with its bias gradient) is left in `mb`
+  // with copies of its two operands (the SP-gathered input and the output gradient); norms and the
+  // embedding take their gradients in B as before (their kernels fuse them with the data
+  // gradients). weight_backward() is then W: it launches those GEMMs, calls `layer_done(l)` after
+  // layer l's (B calls none) and consumes `mb`. It reads no weights.
   void backward(MicroBatch& mb, const T* dout, T* dinput, int b, int s, DeviceCommunicator& tp,
                 const std::function<void(int)>& layer_done);
+  void weight_backward(MicroBatch& mb, const std::function<void(int)>& layer_done);
 
   std::unique_ptr<MicroBatch> new_micro_batch() const;
 
  private:
   struct Layer;
   struct Cache;
+  struct WeightGemm;  // a weight-gradient GEMM B leaves for W (gpu_model_cache.h)
   GpuModel(const ModelSpec& m, const GpuModelOptions& o, cudaStream_t stream) : m_(m), o_(o), stream_(stream) {}
   static Result<std::unique_ptr<GpuModel>> configure(const ModelSpec& m, const GpuModelOptions& o, cudaStream_t stream);
   void layout();
@@ -114,8 +125,13 @@ class GpuModel {
   void gather_tokens(T* full, const T* local, int n, DeviceCommunicator& tp);  // SP only
   void reduce_tokens(T* local, T* full, int n, DeviceCommunicator& tp);
   void layer_forward(const Layer& L, Cache& c, T* x, int b, int s, DeviceCommunicator& tp);
-  void attention_backward(const Layer& L, Cache& c, T* dx, int b, int s, DeviceCommunicator& tp);
-  void mlp_backward(const Layer& L, Cache& c, T* dx, int b, int s, DeviceCommunicator& tp);
+  // The backward halves accumulate the weight gradients now, or, given `later`, leave them there.
+  void attention_backward(const Layer& L, Cache& c, T* dx, int b, int s, DeviceCommunicator& tp,
+                          std::vector<WeightGemm>* later);
+  void mlp_backward(const Layer& L, Cache& c, T* dx, int b, int s, DeviceCommunicator& tp, std::vector<WeightGemm>* later);
+  // dinp = dout W (written) and the gradients of weight tensor `wt` and bias `bt` (-1: none).
+  void linear_backward(T* dinp, int64_t wt, int64_t bt, const T* dout, const T* x, int n, int c, int oc,
+                       std::vector<WeightGemm>* later);
   void head_forward_backward(const T* x, T* dx, const int* targets, int n, float dloss, DeviceCommunicator& tp,
                              float* loss_sum);
   void embed_forward(T* x, const int* tokens, int n, int s, DeviceCommunicator& tp);

@@ -30,11 +30,21 @@ struct GpuModel<T>::Cache {
   }
 };
 
+// Split weight gradients: one linear layer's weight-gradient GEMM, dW += dout^T x (and db += the
+// column sums of dout), with copies of x [n, c] and dout [n, oc] that live from B to W.
+template <class T>
+struct GpuModel<T>::WeightGemm {
+  int64_t weight = -1, bias = -1;  // tensor indices; bias -1: none
+  DeviceArray<T> x, dout;
+  int n = 0, c = 0, oc = 0;
+};
+
 template <class T>
 struct GpuModel<T>::MicroBatch {
   std::vector<Cache> layers;
   const int* tokens = nullptr;  // first stage: for the embedding's backward (the trainer's step buffer)
   DeviceArray<T> dhead;         // last stage: gradient of the last layer's output
+  std::vector<std::vector<WeightGemm>> weight_gemms;  // split weight gradients: per layer, from B to W
 };
 
 }  // namespace parallax

@@ -48,6 +48,7 @@ class GpuTrainerImpl final : public GpuTrainer, private StepBackend {
  private:
   void fill_tokens(int64_t step_index);
   void init_optimizer();
+  void plan_piece_work();
   // StepBackend: this rank's share of each program op (runtime/step_executor.h).
   void compute(const ProgramOp& op) override;
   void send(const ProgramOp& op) override { pending_ = op.peer; }
@@ -61,9 +62,15 @@ class GpuTrainerImpl final : public GpuTrainer, private StepBackend {
   void op_end(size_t index, const ProgramOp& op) override;
   // The held-back send (if any) and the receive from `from` (-1: none), as NCCL groups.
   void exchange(int from);
-  // ZeRO 0's bucket k: the k-th slice of the flat gradients counted from their end — the layers a
-  // backward finishes first (the flat layout is the head, then the layers in order).
+  // DP bucket k: the k-th slice of the flat arrays counted from their end — the layers a backward
+  // finishes first (the flat layout is the head, then the layers in order). The slices split the
+  // padded arrays evenly on multiples of bucket_unit_, so each divides into dp aligned pieces.
   ElementRange gradient_bucket(int64_t k) const;
+  // On the DP stream: bucket k's gradients summed over DP (ZeRO 0: all-reduce; ZeRO-1: a
+  // reduce-scatter in place that leaves this rank the sums of its piece), and ZeRO-1's all-gather
+  // of bucket k's updated weights from every rank's piece, in place.
+  void reduce_bucket(int64_t k);
+  void gather_bucket(int64_t k);
   // Program op j, a DP bucket, launched on the DP stream now (from inside the backward).
   void launch_bucket(int32_t j);
   // Records the start of an op on `stream` and returns its index, for close() to record its end.
@@ -84,8 +91,28 @@ class GpuTrainerImpl final : public GpuTrainer, private StepBackend {
   cudaEvent_t step_start_ = nullptr, head_ready_ = nullptr, dp_done_ = nullptr;
   std::unique_ptr<GpuModel<T>> model_;
   std::unique_ptr<DeviceCommunicator> tp_, dp_, pp_, embedding_;
-  // ZeRO-1: this DP rank's shard [offset, offset + size) of the flat arrays, its fp32 masters.
-  typename GpuModel<T>::Range shard_;
+  // What this rank's optimizer owns of the flat arrays: ZeRO 0 one piece, all of them; ZeRO-1 its
+  // piece [begin, end) of every DP bucket (index: the bucket), Megatron's distributed-optimizer
+  // layout as runtime/distributed_optimizer.h keeps it on CPUs. `state` is where the piece's fp32
+  // masters (ZeRO-1's master_shard_) and AdamW moments start; ZeRO 0's equals `begin`.
+  struct Piece {
+    int64_t begin = 0, end = 0, state = 0;
+  };
+  std::vector<Piece> pieces_;
+  int64_t bucket_unit_ = 128;  // elements: the model pads its arrays to a multiple (128 x ZeRO's shards)
+  // Work lists over the pieces: each tensor's part inside a piece (one sum of squares each, for
+  // the gradient norm), and runs of elements alike in weight decay clipped to a piece (one AdamW
+  // launch each).
+  struct NormSegment {
+    size_t tensor = 0;
+    int64_t begin = 0, end = 0;
+  };
+  struct AdamRun {
+    int64_t begin = 0, end = 0, state = 0;
+    bool decay = true;
+  };
+  std::vector<NormSegment> norm_segments_;
+  std::vector<AdamRun> adam_runs_;
   DeviceArray<float> master_shard_, adam_m_, adam_v_, scalar_;
   DeviceArray<double> sumsq_;
   DeviceArray<int> tokens_, targets_;
@@ -131,6 +158,8 @@ Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
   coords_ = grid.coords(rank);
   count_buckets_ = dp_buckets_per_chunk(m_, plan_, coords_.pp);
   const int tp = static_cast<int>(plan_.tp), dp = static_cast<int>(plan_.dp), pp = static_cast<int>(plan_.pp);
+  const int shards = plan_.zero == 1 ? dp : 1;
+  bucket_unit_ = 128 * static_cast<int64_t>(shards);
   // NcclCommunicator's waits watch themselves, but a rank whose GPU hangs in a collective is
   // mostly not waiting: it blocks inside a kernel launch once the launch queue is full. This
   // thread sees the host issue no op for the limit and ends the rank.
@@ -155,8 +184,9 @@ Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
   cu::check(cudaEventCreateWithFlags(&dp_done_, cudaEventDisableTiming), "event");
   cu::check(cudaEventCreateWithFlags(&head_ready_, cudaEventDisableTiming), "event");
   GpuModelOptions mo{tp, coords_.tp, pp, coords_.pp, options_.train.seed, options_.exact_init, plan_.recompute,
-                     plan_.sequence_parallel, plan_.zero == 1 ? dp : 1,
+                     plan_.sequence_parallel, shards,
                      plan_.uneven() ? plan_.chunk_layers(m_.layers, coords_.pp) : Plan::LayerRange{}};
+  mo.split_weight_gradients = splits_weight_gradients(plan_.schedule);
   Result<std::unique_ptr<GpuModel<T>>> model = GpuModel<T>::create(m_, mo, compute_);
   if (!model.ok()) return Error{model.error()};
   model_ = std::move(model).value();
@@ -164,7 +194,7 @@ Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
   const StageProgram& stage = program_.stages[coords_.pp];
   overlap_buckets_.assign(stage.ops.size(), {});
   for (size_t j = 0; j < stage.ops.size(); ++j)
-    if (plan_.zero == 0 && stage.ops[j].role == CollectiveRole::kGradientBucket && stage.ops[j].first_wait_fraction < 1)
+    if (stage.ops[j].role == CollectiveRole::kGradientBucket && stage.ops[j].first_wait_fraction < 1)
       overlap_buckets_[stage.ops[j].waits_for[0]].push_back(static_cast<int32_t>(j));
   for (size_t l = 0; l < model_->layer_ranges().size(); ++l) {
     cudaEvent_t e = nullptr;
@@ -186,24 +216,57 @@ Status GpuTrainerImpl<T>::init(DeviceCommunicator* world) {
   return Status::Ok();
 }
 
-// AdamW moments (and for ZeRO-1 the fp32 masters) for the whole model or this rank's shard.
+// AdamW moments (and for ZeRO-1 the fp32 masters) for the whole model or this rank's pieces.
 template <class T>
 void GpuTrainerImpl<T>::init_optimizer() {
   const int64_t count = model_->param_count();
-  shard_ = {0, count};
+  pieces_.clear();
+  if (plan_.zero != 1) pieces_.push_back({0, count, 0});
+  int64_t state = plan_.zero == 1 ? 0 : count;
+  for (int64_t k = 0; plan_.zero == 1 && k < count_buckets_; ++k) {
+    const ElementRange r = gradient_bucket(k);
+    const int64_t n = (r.end - r.begin) / plan_.dp;  // exact: the bounds are multiples of 128 dp
+    pieces_.push_back({r.begin + coords_.dp * n, r.begin + (coords_.dp + 1) * n, state});
+    state += n;
+  }
   if (plan_.zero == 1) {
-    shard_.size = count / plan_.dp;  // the model padded the arrays to a multiple of 128 dp
-    shard_.offset = coords_.dp * shard_.size;
-    master_shard_ = DeviceArray<float>(shard_.size);
-    cu::check(cudaMemcpyAsync(master_shard_.data(), model_->master() + shard_.offset, shard_.size * sizeof(float),
-                              cudaMemcpyDeviceToDevice, compute_), "master shard");
+    master_shard_ = DeviceArray<float>(state);
+    for (const Piece& p : pieces_)
+      cu::check(cudaMemcpyAsync(master_shard_.data() + p.state, model_->master() + p.begin,
+                                (p.end - p.begin) * sizeof(float), cudaMemcpyDeviceToDevice, compute_), "master shard");
     cu::check(cudaStreamSynchronize(compute_), "master shard");
     model_->release_master();
   }
-  adam_m_ = DeviceArray<float>(shard_.size), adam_v_ = DeviceArray<float>(shard_.size), scalar_ = DeviceArray<float>(1);
-  sumsq_ = DeviceArray<double>(static_cast<int64_t>(model_->tensors().size()));
-  cu::check(cudaMemsetAsync(adam_m_.data(), 0, shard_.size * sizeof(float), compute_), "zero moments");
-  cu::check(cudaMemsetAsync(adam_v_.data(), 0, shard_.size * sizeof(float), compute_), "zero moments");
+  adam_m_ = DeviceArray<float>(state), adam_v_ = DeviceArray<float>(state), scalar_ = DeviceArray<float>(1);
+  cu::check(cudaMemsetAsync(adam_m_.data(), 0, state * sizeof(float), compute_), "zero moments");
+  cu::check(cudaMemsetAsync(adam_v_.data(), 0, state * sizeof(float), compute_), "zero moments");
+  plan_piece_work();
+}
+
+// The norm's segments and AdamW's runs (runtime/transformer.h: decays) over the pieces. A run
+// spans the alignment gaps between its tensors, whose zeros AdamW leaves zero.
+template <class T>
+void GpuTrainerImpl<T>::plan_piece_work() {
+  const std::vector<GpuTensor>& tensors = model_->tensors();
+  const bool norms_decay = options_.train.decay_norms_and_biases;
+  norm_segments_.clear(), adam_runs_.clear();
+  for (const Piece& p : pieces_) {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const int64_t begin = std::max(tensors[i].offset, p.begin);
+      const int64_t end = std::min(tensors[i].offset + tensors[i].size, p.end);
+      if (begin < end) norm_segments_.push_back({i, begin, end});
+    }
+    for (size_t i = 0; i < tensors.size();) {
+      const bool decay = decays(tensors[i].role, norms_decay);
+      size_t j = i + 1;
+      while (j < tensors.size() && decays(tensors[j].role, norms_decay) == decay) ++j;
+      const int64_t begin = std::max(i == 0 ? 0 : tensors[i].offset, p.begin);
+      const int64_t end = std::min(j == tensors.size() ? model_->param_count() : tensors[j].offset, p.end);
+      if (begin < end) adam_runs_.push_back({begin, end, p.state + (begin - p.begin), decay});
+      i = j;
+    }
+  }
+  sumsq_ = DeviceArray<double>(static_cast<int64_t>(std::max<size_t>(1, norm_segments_.size())));
 }
 
 // The CPU trainer's batches (Trainer::fill_batch): all micro-batches of this DP rank, one upload.
@@ -282,8 +345,9 @@ void GpuTrainerImpl<T>::compute(const ProgramOp& op) {
     states_[mb] = model_->new_micro_batch();
     model_->forward(*states_[mb], tokens_.data() + offset, targets_.data() + offset, stage_in_.data(),
                     stage_out_.data(), b, s, dloss_, *tp_, scalar_.data());
-  } else if (op.pass == OpKind::kBackward) {
-    // With overlap_grad_reduce, each DP bucket starts as soon as the backward has left its layers.
+  } else {
+    // With overlap_grad_reduce, each DP bucket starts as soon as the pass that completes its
+    // gradients (B, or ZB-H1's W) has left its layers.
     std::function<void(int)> layer_done;
     if (!overlap_buckets_[current_].empty())
       layer_done = [this](int l) {
@@ -295,27 +359,54 @@ void GpuTrainerImpl<T>::compute(const ProgramOp& op) {
           launch_bucket(j);
         }
       };
-    model_->backward(*states_[mb], stage_in_.data(), stage_out_.data(), b, s, *tp_, layer_done);
-    states_[mb].reset();
+    if (op.pass == OpKind::kBackward) {
+      model_->backward(*states_[mb], stage_in_.data(), stage_out_.data(), b, s, *tp_, layer_done);
+    } else {  // ZB-H1's W: the weight-gradient GEMMs its B left
+      model_->weight_backward(*states_[mb], layer_done);
+    }
+    if (releases_activations(op.pass, plan_.schedule)) states_[mb].reset();
     // The overflow test hook: an inf before any reduction carries to every rank (as the CPU's).
-    if (step_index_ == options_.train.inject_overflow_step && coords_ == RankCoords{}) {
+    if (op.pass == OpKind::kBackward && step_index_ == options_.train.inject_overflow_step && coords_ == RankCoords{}) {
       const float inf = std::numeric_limits<float>::infinity();
       cu::check(cudaMemcpyAsync(model_->grads(), &inf, sizeof inf, cudaMemcpyHostToDevice, compute_), "poison");
       sync(*tp_, compute_, "poison");  // `inf` lives on this stack frame
     }
-  }  // W: B computed the weight gradients too (as in the CPU runtime)
+  }
 }
 
 template <class T>
 ElementRange GpuTrainerImpl<T>::gradient_bucket(int64_t k) const {
-  return bucket_range(model_->param_count(), count_buckets_, count_buckets_ - 1 - k);
+  const int64_t units = model_->param_count() / bucket_unit_, slice = count_buckets_ - 1 - k;
+  return {slice * units / count_buckets_ * bucket_unit_, (slice + 1) * units / count_buckets_ * bucket_unit_};
+}
+
+// A bucket left empty (fewer aligned units than buckets) is empty on every rank alike: no call.
+template <class T>
+void GpuTrainerImpl<T>::reduce_bucket(int64_t k) {
+  const ElementRange r = gradient_bucket(k);
+  if (r.end == r.begin) return;
+  if (plan_.zero == 0) {
+    dp_->all_reduce_async(model_->grads() + r.begin, r.end - r.begin, DType::kF32, ReduceOp::kSum, dp_stream_);
+  } else {
+    const Piece& p = pieces_[static_cast<size_t>(k)];
+    dp_->reduce_scatter_async(model_->grads() + p.begin, model_->grads() + r.begin, p.end - p.begin, DType::kF32,
+                              dp_stream_);
+  }
+}
+
+template <class T>
+void GpuTrainerImpl<T>::gather_bucket(int64_t k) {
+  const ElementRange r = gradient_bucket(k);
+  const Piece& p = pieces_[static_cast<size_t>(k)];
+  if (p.end > p.begin)
+    dp_->all_gather_async(model_->weights() + r.begin, model_->weights() + p.begin, p.end - p.begin, model_->dtype(),
+                          dp_stream_);
 }
 
 template <class T>
 void GpuTrainerImpl<T>::launch_bucket(int32_t j) {
   const size_t r = mark(j, dp_stream_);
-  const ElementRange range = gradient_bucket(program_.stages[coords_.pp].ops[j].bucket);
-  dp_->all_reduce_async(model_->grads() + range.begin, range.end - range.begin, DType::kF32, ReduceOp::kSum, dp_stream_);
+  reduce_bucket(program_.stages[coords_.pp].ops[j].bucket);
   close(r, dp_stream_);
   launched_[j] = 1;
 }
@@ -329,17 +420,8 @@ void GpuTrainerImpl<T>::collective(const ProgramOp& op) {
     cu::check(cudaStreamWaitEvent(dp_stream_, head_ready_), "wait");
   }
   switch (launched_[current_] ? CollectiveRole::kNone : op.role) {
-    case CollectiveRole::kGradientBucket:
-      if (plan_.zero == 0) {
-        const ElementRange r = gradient_bucket(op.bucket);
-        dp_->all_reduce_async(model_->grads() + r.begin, r.end - r.begin, DType::kF32, ReduceOp::kSum, dp_stream_);
-      } else {  // ZeRO-1 (one bucket): one reduce-scatter, in place, leaves this rank its shard's sums
-        dp_->reduce_scatter_async(model_->grads() + shard_.offset, model_->grads(), shard_.size, DType::kF32, dp_stream_);
-      }
-      break;
-    case CollectiveRole::kWeightBucket:  // after the optimizer: gather every rank's updated weights
-      dp_->all_gather_async(model_->weights(), model_->weights() + shard_.offset, shard_.size, model_->dtype(), dp_stream_);
-      break;
+    case CollectiveRole::kGradientBucket: reduce_bucket(op.bucket); break;
+    case CollectiveRole::kWeightBucket: gather_bucket(op.bucket); break;  // after the optimizer (ZeRO-1)
     case CollectiveRole::kEmbedding:  // the first and last stage sum their two copies' gradients
       for (const GpuTensor& t : model_->tensors())
         if (t.name == "wte" || t.name == "wte.copy")
@@ -361,19 +443,20 @@ template <class T>
 double GpuTrainerImpl<T>::gradient_sumsq() {
   const std::vector<GpuTensor>& tensors = model_->tensors();
   cu::set_stream(compute_);
-  // Each tensor's part inside this rank's shard (all of it without ZeRO).
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const int64_t begin = std::max(tensors[i].offset, shard_.offset);
-    const int64_t end = std::min(tensors[i].offset + tensors[i].size, shard_.offset + shard_.size);
-    cu::sum_squares(sumsq_.data() + i, model_->grads() + begin, std::max<int64_t>(0, end - begin));
+  // Each tensor's parts inside this rank's pieces (all of it without ZeRO).
+  for (size_t i = 0; i < norm_segments_.size(); ++i) {
+    const NormSegment& g = norm_segments_[i];
+    cu::sum_squares(sumsq_.data() + i, model_->grads() + g.begin, g.end - g.begin);
   }
-  std::vector<double> parts(tensors.size());
+  std::vector<double> parts(norm_segments_.size());
   cu::check(cudaMemcpyAsync(parts.data(), sumsq_.data(), parts.size() * sizeof(double), cudaMemcpyDeviceToHost, compute_),
             "gradient norm");
   sync(*tp_, compute_, "gradient norm");
   double local = 0;
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (!(tensors[i].tp_replicated && coords_.tp != 0) && tensors[i].name != "wte.copy") local += parts[i];
+  for (size_t i = 0; i < norm_segments_.size(); ++i) {
+    const GpuTensor& t = tensors[norm_segments_[i].tensor];
+    if (!(t.tp_replicated && coords_.tp != 0) && t.name != "wte.copy") local += parts[i];
+  }
   float sumsq = static_cast<float>(local);
   cu::check(cudaMemcpy(scalar_.data(), &sumsq, sizeof sumsq, cudaMemcpyHostToDevice), "gradient norm");
   tp_->all_reduce(scalar_.data(), 1, ReduceOp::kSum);
@@ -431,30 +514,18 @@ double GpuTrainerImpl<T>::loss_sum() {
   return loss;
 }
 
-// AdamW over this rank's shard, writing its 16-bit weights; ZeRO-1's program then gathers every
-// rank's updated weights over DP (in place) before the next forward.
+// AdamW over this rank's pieces, writing their 16-bit weights; ZeRO-1's program then gathers
+// every rank's updated pieces over DP (in place) before the next forward.
 template <class T>
 void GpuTrainerImpl<T>::apply_update(float grad_scale, int update) {
-  const int64_t at = shard_.offset, n = shard_.size;
-  // The fp32 master of flat element e: in this rank's shard (ZeRO-1) or in the whole copy.
-  auto master = [&](int64_t e) { return plan_.zero == 1 ? master_shard_.data() + (e - at) : model_->master() + e; };
+  float* master = plan_.zero == 1 ? master_shard_.data() : model_->master();  // indexed by AdamRun::state
   kernels::AdamWConfig no_decay = options_.train.adam;
   no_decay.weight_decay = 0;
   cu::set_stream(compute_);
-  // Runs of tensors alike in weight decay (runtime/transformer.h: decays), clipped to the shard.
-  const std::vector<GpuTensor>& tensors = model_->tensors();
-  for (size_t i = 0; i < tensors.size();) {
-    const bool decay = decays(tensors[i].role, options_.train.decay_norms_and_biases);
-    size_t j = i + 1;
-    while (j < tensors.size() && decays(tensors[j].role, options_.train.decay_norms_and_biases) == decay) ++j;
-    const int64_t begin = std::max(i == 0 ? 0 : tensors[i].offset, at);
-    const int64_t end = std::min(j == tensors.size() ? model_->param_count() : tensors[j].offset, at + n);
-    if (begin < end)
-      cu::adamw_update(master(begin), model_->weights() + begin, model_->grads() + begin, adam_m_.data() + (begin - at),
-                       adam_v_.data() + (begin - at), end - begin, decay ? options_.train.adam : no_decay,
-                       update, grad_scale);
-    i = j;
-  }
+  for (const AdamRun& r : adam_runs_)
+    cu::adamw_update(master + r.state, model_->weights() + r.begin, model_->grads() + r.begin, adam_m_.data() + r.state,
+                     adam_v_.data() + r.state, r.end - r.begin, r.decay ? options_.train.adam : no_decay, update,
+                     grad_scale);
 }
 
 template <class T>
@@ -491,6 +562,7 @@ Result<std::unique_ptr<GpuTrainer>> GpuTrainer::create(const ModelSpec& m, const
       case Precision::kBf16: return make<cu::bf16>(m, plan, world, o);
       case Precision::kFp16: return make<cu::fp16>(m, plan, world, o);
       case Precision::kFp32: return make<float>(m, plan, world, o);
+      case Precision::kFp8: break;  // refused by check_gpu_support
     }
   } catch (const std::exception& e) {
     return Error{e.what()};

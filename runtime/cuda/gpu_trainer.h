@@ -4,18 +4,18 @@
 // with fp32 master weights and gradients; fp32 for checks).
 //
 // Streams: the model runs on a compute stream; the program's gradient collectives run on a DP
-// stream once the compute stream has reached them — with overlap_grad_reduce, ZeRO 0's buckets as
-// soon as the last backward has left their layers. Per-op times come from CUDA events, under the
+// stream once the compute stream has reached them — with overlap_grad_reduce, the DP buckets (ZeRO
+// 0 and 1) as soon as the last backward has left their layers. Per-op times come from CUDA events, under the
 // program's names; memory from the caching DeviceAllocator's high-water mark.
 //
 // Real ranks: TP, PP (one model chunk per stage; GPipe, 1F1B and ZB-H1, sends grouped with the
 // next receive from the same neighbour — program/pipeline_exchange.h) and DP over NCCL, ZeRO 0
-// (the program's all-reduce buckets) or 1 with one bucket (a reduce-scatter, AdamW on this rank's
-// shard of the fp32 masters and moments, an all-gather of the 16-bit weights). Rank emulation
-// (`emulate_rank` >= 0): one GPU runs rank R's share of any plan — its stage of the pipeline with
-// the schedule's op order, its TP shard, its micro-batches — with stand-in collectives
-// (runtime/cuda/stand_in_communicator.h), so per-rank compute time and memory of plans far larger
-// than one GPU can be measured. Other settings are refused by check_gpu_support().
+// (the program's all-reduce buckets) or 1 (per bucket a reduce-scatter, AdamW on this rank's piece
+// of every bucket of the fp32 masters and moments — the CPU runtime's layout — and per bucket an
+// all-gather of the 16-bit weights). Rank emulation (`emulate_rank` >= 0): one GPU runs rank R's
+// share of any plan — its stage of the pipeline with the schedule's op order, its TP shard, its
+// micro-batches — with stand-in collectives (runtime/cuda/stand_in_communicator.h), so per-rank
+// compute time and memory of plans far larger than one GPU can be measured. Other settings are refused by check_gpu_support().
 #pragma once
 
 #include <memory>

@@ -53,6 +53,14 @@ TYPED_TEST(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
   cuda::matmul_backward<T>(dinp_dev.get(), dw_dev.get(), nullptr, dy_dev.get(), x_dev.get(), w_dev.get(), n, c, oc,
                            false);
   expect_close("dinp written", download_f32(dinp_dev), fresh, rtol<T>(oc));
+  // ZB-H1: B's call (dinp only) and W's (dweight and dbias only, no weight) make the same GEMMs.
+  DeviceArray<float> dw_split(dw), db_split(db);
+  cuda::matmul_backward<T>(dinp_dev.get(), nullptr, nullptr, dy_dev.get(), x_dev.get(), w_dev.get(), n, c, oc, false);
+  cuda::matmul_backward<T>(nullptr, dw_split.get(), db_split.get(), dy_dev.get(), x_dev.get(), nullptr, n, c, oc);
+  matmul_backward(nullptr, dw.data(), db.data(), dy.data(), x.data(), nullptr, n, c, oc);
+  expect_close("dinp alone", download_f32(dinp_dev), fresh, rtol<T>(oc));
+  expect_close("dweight alone", dw_split.download(), dw, rtol<float>(3 * n) + rtol<T>(1));
+  expect_close("dbias alone", db_split.download(), db, rtol<float>(3 * n) + rtol<T>(1));
 }
 
 TEST(CudaReduce, SumSquaresAndSumInto) {

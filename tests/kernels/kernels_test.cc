@@ -107,6 +107,39 @@ TEST(RmsNorm, HandValuesAndGradients) {
   expect_gradient(w, dw, [&](const Vec& v) { return f(x, v); }, dout);
 }
 
+// A zero-bubble schedule's B asks a backward for the input gradient alone and its W for the
+// parameter gradients alone (without the weight, which ZeRO-3 has released by then): the two
+// calls give exactly the combined call's values, accumulated onto what is there.
+TEST(Backward, InputAndParameterGradientsSeparately) {
+  const int n = 3, c = 8, oc = 5;
+  const Vec x = random(n * c, 12), w = random(oc * c, 13), dout = random(n * oc, 14), start = random(n * c, 15);
+  Vec dx(start), dw(oc * c, 0.5f), db(oc, 0.25f), dx2(start), dw2(dw), db2(db);
+  matmul_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), n, c, oc);
+  matmul_backward(dx2.data(), nullptr, nullptr, dout.data(), x.data(), w.data(), n, c, oc);
+  EXPECT_EQ(dx2, dx);
+  matmul_backward(nullptr, dw2.data(), db2.data(), dout.data(), x.data(), nullptr, n, c, oc);
+  EXPECT_EQ(dw2, dw);
+  EXPECT_EQ(db2, db);
+  const Vec g = random(c, 16), bias = random(c, 17), dy = random(n * c, 18);
+  for (bool layer : {true, false}) {
+    Vec out(n * c), mean(n), rstd(n), din(start), dg(c, 0.5f), dbias(c, 0.25f), din2(start), dg2(dg), dbias2(dbias);
+    if (layer) {
+      layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), g.data(), bias.data(), n, c);
+      layernorm_backward(din.data(), dg.data(), dbias.data(), dy.data(), x.data(), g.data(), mean.data(), rstd.data(), n, c);
+      layernorm_backward(din2.data(), nullptr, nullptr, dy.data(), x.data(), g.data(), mean.data(), rstd.data(), n, c);
+      layernorm_backward(nullptr, dg2.data(), dbias2.data(), dy.data(), x.data(), nullptr, mean.data(), rstd.data(), n, c);
+    } else {
+      rmsnorm_forward(out.data(), rstd.data(), x.data(), g.data(), n, c);
+      rmsnorm_backward(din.data(), dg.data(), dy.data(), x.data(), g.data(), rstd.data(), n, c);
+      rmsnorm_backward(din2.data(), nullptr, dy.data(), x.data(), g.data(), rstd.data(), n, c);
+      rmsnorm_backward(nullptr, dg2.data(), dy.data(), x.data(), nullptr, rstd.data(), n, c);
+    }
+    EXPECT_EQ(din2, din) << (layer ? "layernorm" : "rmsnorm");
+    EXPECT_EQ(dg2, dg) << (layer ? "layernorm" : "rmsnorm");
+    EXPECT_EQ(dbias2, dbias) << (layer ? "layernorm" : "rmsnorm");
+  }
+}
+
 // relu2(-1.5) = 0, relu2(3) = 9; its gradient 2 max(x, 0) matches finite differences away from 0.
 TEST(Activations, SquaredRelu) {
   const Vec pts = {-1.5f, 3.0f};

@@ -1,4 +1,5 @@
 #include "planner/export.h"
+#include "program/framework.h"
 
 #include <gtest/gtest.h>
 
@@ -78,6 +79,16 @@ TEST(Export, Fp32Gradients) {
   EXPECT_EQ((*j)["data_types"]["grad_accum_dtype"], "fp32");
   EXPECT_EQ((*j)["communication_data_type"], "fp32");
   EXPECT_EQ((*j)["zero_optimization"]["reduce_bucket_size"], 40 * 1048576 / 4);
+}
+
+// DeepSpeed's PipelineEngine asserts ZeRO stage < 2: a ZeRO-2/3 pipeline (which torchtitan runs)
+// has no DeepSpeed config.
+TEST(DeepSpeed, RefusesZeroTwoOrThreeWithPipelines) {
+  Plan p = plan();
+  p.schedule = Schedule::k1F1B, p.virtual_stages = 1, p.sequence_parallel = false, p.zero = 3;
+  EXPECT_EQ(deepspeed_config(p).error(), "--emit deepspeed: DeepSpeed pipelines run ZeRO 0 or 1, not zero 3");
+  EXPECT_EQ(framework_refusal("deepspeed", p, load("13b")), "deepspeed pipelines run ZeRO 0 or 1, not 3");
+  EXPECT_EQ(framework_refusal("torchtitan", p, load("13b")), "torchtitan's tensor parallelism shards the norms' sequence too (sequence_parallel)");
 }
 
 TEST(Megatron, RefusesWhatItCannotExpress) {

@@ -133,6 +133,17 @@ TEST(StepProgram, TensorAndSequenceParallelTraffic) {
   EXPECT_EQ(tp_event_name(s.ops[0]), "tp F mb=0 chunk=0");
 }
 
+// ZeRO-2 over one data rank shards nothing: the SP norm gradients are summed once after the last
+// backward, not after each micro-batch (which, with nothing to reduce them away, summed the
+// earlier micro-batches' sums again).
+TEST(StepProgram, ZeroTwoOnOneDataRankReducesNormsOnce) {
+  Plan p;
+  p.tp = 2, p.sequence_parallel = true, p.zero = 2, p.global_batch = 2, p.seq_len = 16;
+  const StageProgram s = build_step_program(tiny_gpt(), p).stages[0];
+  EXPECT_EQ(names(s), (std::vector<std::string>{"F mb=0 chunk=0", "B mb=0 chunk=0", "F mb=1 chunk=0", "B mb=1 chunk=0",
+                                                "allreduce tp norms chunk=0", "optimizer"}));
+}
+
 // ZeRO-3: the weights are gathered before every F and B, at most one op ahead, and each backward's
 // gradients reduce-scattered after it.
 TEST(StepProgram, ZeroThreeGathersAroundEveryPass) {

@@ -1,5 +1,6 @@
 // Checkpoints under mpirun: resuming continues bit-exactly (the same fp32 losses to the last bit
-// as a run that never stopped); a corrupt shard or another plan is refused with exit 2.
+// as a run that never stopped), also onto another plan of the same model (to fp32 rounding); a
+// corrupt shard, another model or another batch is refused with exit 2.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,11 +22,11 @@ std::string bin() {
 
 std::string temp(const std::string& name) { return testing::TempDir() + "/ckpt_" + std::to_string(getpid()) + "_" + name; }
 
-std::string plan(int tp, int pp, int dp, int zero, const char* precision = "fp32") {
+std::string plan(int tp, int pp, int dp, int zero, const char* precision = "fp32", int global_batch = 8) {
   const std::string path = temp("plan_" + std::to_string(tp) + std::to_string(pp) + std::to_string(dp) +
-                                std::to_string(zero) + precision + ".json");
+                                std::to_string(zero) + precision + std::to_string(global_batch) + ".json");
   std::ofstream(path) << nlohmann::json{{"tp", tp}, {"pp", pp}, {"dp", dp}, {"zero", zero}, {"micro_batch", 1},
-                                        {"global_batch", 8}, {"seq_len", 16}, {"schedule", "1f1b"},
+                                        {"global_batch", global_batch}, {"seq_len", 16}, {"schedule", "1f1b"},
                                         {"recompute", "none"}, {"sequence_parallel", false}, {"precision", precision}}
                              .dump();
   return path;
@@ -63,7 +64,8 @@ std::vector<double> losses(const Out& o) {
 
 TEST(Checkpoint, ResumeIsBitExact) {
   struct Case { int tp, pp, dp, zero; };
-  for (const Case& c : {Case{1, 1, 2, 1}, Case{1, 2, 1, 0}, Case{2, 1, 2, 3}}) {
+  // tp 2 pp 2 zero 1 (one data rank) once differed at the first resumed step.
+  for (const Case& c : {Case{1, 1, 2, 1}, Case{1, 2, 1, 0}, Case{2, 1, 2, 3}, Case{2, 2, 1, 1}}) {
     const int ranks = c.tp * c.pp * c.dp;
     const std::string p = plan(c.tp, c.pp, c.dp, c.zero), dir = temp("dir");
     std::filesystem::remove_all(dir);
@@ -79,15 +81,36 @@ TEST(Checkpoint, ResumeIsBitExact) {
   }
 }
 
+// A checkpoint reshards: tp 2 pp 2 ZeRO-1 resumes on one rank, and one rank on dp 2 ZeRO-3 and
+// on pp 4, each continuing the unbroken run's losses to fp32 rounding.
+TEST(Checkpoint, ResumesOntoAnotherPlan) {
+  const std::string dir = temp("reshard");
+  std::filesystem::remove_all(dir);
+  const std::vector<double> straight = losses(train(1, plan(1, 1, 1, 0), "--steps 4"));
+  ASSERT_EQ(straight.size(), 4u);
+  ASSERT_EQ(train(4, plan(2, 2, 1, 1), "--steps 2 --checkpoint " + dir).code, 0);
+  struct Case { int tp, pp, dp, zero; };
+  for (const Case& c : {Case{1, 1, 1, 0}, Case{1, 1, 2, 3}, Case{1, 4, 1, 0}}) {
+    const std::string copy = dir + "-" + std::to_string(c.pp) + std::to_string(c.dp);
+    std::filesystem::remove_all(copy);
+    std::filesystem::copy(dir, copy, std::filesystem::copy_options::recursive);
+    const Out resumed = train(c.tp * c.pp * c.dp, plan(c.tp, c.pp, c.dp, c.zero), "--steps 4 --checkpoint " + copy + " --resume");
+    ASSERT_EQ(resumed.code, 0) << resumed.text;
+    const std::vector<double> tail = losses(resumed);
+    ASSERT_EQ(tail.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(tail[i] / straight[2 + i], 1, 1e-5) << "pp " << c.pp << " dp " << c.dp;
+  }
+}
+
 TEST(Checkpoint, RefusesCorruptOrMismatchedCheckpoints) {
   const std::string p = plan(1, 1, 2, 0), dir = temp("bad");
   std::filesystem::remove_all(dir);
   ASSERT_EQ(train(2, p, "--steps 1 --checkpoint " + dir).code, 0);
-  const Out other = train(2, plan(1, 1, 2, 1), "--steps 2 --checkpoint " + dir + " --resume");
+  const Out other = train(2, plan(1, 1, 2, 0, "fp32", 16), "--steps 2 --checkpoint " + dir + " --resume");
   EXPECT_EQ(other.code, 2);
-  EXPECT_NE(other.text.find("written for another plan"), std::string::npos) << other.text;
+  EXPECT_NE(other.text.find("written for another global_batch"), std::string::npos) << other.text;
   {
-    std::fstream shard(dir + "/step-00000001/rank-1.bin", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream shard(dir + "/step-00000001/rank-1.safetensors", std::ios::in | std::ios::out | std::ios::binary);
     shard.seekp(100);
     shard.put(0x42);
   }
@@ -116,11 +139,12 @@ TEST(Overflow, SkippedOnAllRanksAndBacksOff) {
     EXPECT_EQ(ji["loss_scale"], 32768.0);  // 65536 backed off once
     EXPECT_EQ(js["loss_scale"], 65536.0);
     EXPECT_EQ(ji["losses"], js["losses"]);
-    // Final weights and moments equal bit for bit; only the scaler state (bytes 16-27) differs.
+    // Final weights and moments equal bit for bit (the scaler state is in the manifests).
     for (int rank : {0, 1}) {
-      const std::string shard = "/step-00000005/rank-" + std::to_string(rank) + ".bin";
-      EXPECT_EQ(read(a + shard).substr(28), read(b + shard).substr(28)) << "zero " << zero << " rank " << rank;
+      const std::string shard = "/step-00000005/rank-" + std::to_string(rank) + ".safetensors";
+      EXPECT_EQ(read(a + shard), read(b + shard)) << "zero " << zero << " rank " << rank;
     }
+    EXPECT_EQ(nlohmann::json::parse(read(a + "/step-00000005/manifest.json"))["loss_scale"], 32768.0);
   }
 }
 

@@ -31,6 +31,7 @@ struct Layout {
   const char* precision = "fp32";  // or fp8: emulated FP8 GEMMs with current scaling
   int ep = 1;                      // expert parallelism (MoE models), over the cp x dp ranks
   const char* cp_comm = "all-gather";  // or p2p: K and V passed around a ring
+  bool overlap_grad_reduce = false;
   int ranks() const { return tp * cp * pp * dp; }
 };
 
@@ -42,7 +43,7 @@ std::string write_plan(const Layout& l) {
                                         {"sequence_parallel", l.sp}, {"precision", l.precision},
                                         {"first_stage_layers", l.first_stage_layers},
                                         {"last_stage_layers", l.last_stage_layers}, {"cp", l.cp}, {"ep", l.ep},
-                                        {"execution", {{"cp_comm", l.cp_comm}, {"fp8_recipe", "current"}}}}
+                                        {"execution", {{"cp_comm", l.cp_comm}, {"fp8_recipe", "current"}, {"overlap_grad_reduce", l.overlap_grad_reduce}}}}
                              .dump();
   return path;
 }
@@ -129,6 +130,21 @@ TEST(Equivalence, ZeroBubbleH1) {
   for (int micro_batch : {1, 8}) expect_same_training("tiny-gpt-8l", {1, 8, 1, micro_batch, "zb-h1"});
 }
 
+// ZB-H1's B computes input gradients only and its W the parameter gradients from what B kept
+// (runtime/transformer.h): with TP + SP (the W GEMMs on the gathered inputs), tied embeddings
+// and full recompute, ZeRO-3 (W runs on released weights), context parallelism and MoE experts.
+TEST(Equivalence, ZeroBubbleWeightPasses) {
+  expect_same_training("tiny-llama", {2, 2, 1, 1, "zb-h1", 1, 0, "none", true});
+  expect_same_training("tiny-gpt", {2, 2, 1, 2, "zb-h1", 1, 0, "full", true});
+  expect_same_training("tiny-gpt", {1, 1, 2, 2, "zb-h1", 1, 3});
+  Layout cp{1, 2, 1, 2, "zb-h1", 1, 0, "selective"};
+  cp.cp = 2;
+  expect_same_training("tiny-llama", cp);
+  Layout moe{1, 2, 2, 1, "zb-h1"};
+  moe.ep = 2;
+  expect_same_training("tiny-mixtral", moe);
+}
+
 // Uneven stages (Megatron's first/last stage layer counts): 8 layers as 1 + 3 + 3 + 1 and 2 + 4 + 2.
 TEST(Equivalence, UnevenStages) {
   Layout four{1, 4, 1, 1, "1f1b"};
@@ -187,6 +203,12 @@ TEST(Equivalence, Fp8) {
   const std::vector<double> got = losses("tiny-llama", split);
   ASSERT_EQ(got.size(), 5u);
   for (size_t i = 0; i < 5; ++i) EXPECT_LE(std::abs(got[i] / fp8[i] - 1), 1e-5) << "tp 2 cp 2 step " << i + 1;
+  // ZB-H1's W GEMMs multiply the operands B rounded, as the combined backward does.
+  Layout zb{2, 2, 1, 8, "zb-h1", 1, 0, "none", true};  // micro-batches of 8: the same tensors as one rank's
+  zb.precision = "fp8";
+  const std::vector<double> zb_got = losses("tiny-llama", zb);
+  ASSERT_EQ(zb_got.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_LE(std::abs(zb_got[i] / fp8[i] - 1), 1e-5) << "tp 2 pp 2 zb-h1 step " << i + 1;
 }
 
 // Expert parallelism (Mixtral-style MoE, top-2 of 4 experts): each rank holds experts / ep of
@@ -206,5 +228,48 @@ TEST(Equivalence, ExpertParallel) {
   expect_same_training("tiny-mixtral", ep({1, 1, 1, 8}, 2, 2));                          // EP over CP ranks
 }
 
-}  // namespace
+// EP with ZeRO: the dense weights shard over all data ranks, the experts over the ranks holding
+// the same experts (or, one such rank, keep whole states); ZeRO-2/3 reduce-scatter (and ZeRO-3
+// gather) them around every pass.
+TEST(Equivalence, ExpertParallelWithZero) {
+  auto ep = [](Layout l, int degree) {
+    l.ep = degree;
+    return l;
+  };
+  expect_same_training("tiny-mixtral", ep({1, 1, 4, 2, "1f1b", 1, 1}, 2));  // experts sharded over 2 ranks
+  expect_same_training("tiny-mixtral", ep({1, 1, 2, 4, "1f1b", 1, 1}, 2));  // one rank per expert group
+  expect_same_training("tiny-mixtral", ep({1, 2, 2, 2, "1f1b", 1, 1}, 2));
+  expect_same_training("tiny-mixtral", ep({1, 1, 4, 1, "1f1b", 1, 2}, 2));
+  expect_same_training("tiny-mixtral", ep({1, 1, 4, 2, "1f1b", 1, 3}, 2));
+  expect_same_training("tiny-mixtral", ep({1, 2, 2, 1, "zb-h1", 1, 3}, 2));
+}
 
+// ZeRO over one data rank shards nothing: ZeRO-1 and 2 used to drop every update there (the step
+// program has no DP collectives to feed the shards) and ZeRO-3 crashed; they train as zero 0 does.
+TEST(Equivalence, ZeroOnOneDataRank) {
+  for (int zero : {1, 2, 3}) expect_same_training("tiny-gpt", {1, 1, 1, 8, "1f1b", 1, zero});
+  expect_same_training("tiny-gpt", {2, 2, 1, 1, "1f1b", 1, 1});
+  expect_same_training("tiny-mixtral", {2, 1, 1, 8, "1f1b", 1, 3, "none", true});
+}
+
+// ZeRO-2 and 3 with pipelines (torchtitan's FSDP + PP): each pass's gradients reduce-scattered,
+// the tied embedding's summed over the first and last stage per micro-batch first.
+TEST(Equivalence, ZeroTwoAndThreeWithPipelines) {
+  expect_same_training("tiny-gpt", {1, 2, 2, 1, "1f1b", 1, 2});
+  expect_same_training("tiny-gpt", {1, 2, 2, 2, "1f1b", 1, 3});
+  expect_same_training("tiny-llama", {1, 2, 2, 1, "interleaved", 2, 3});
+  expect_same_training("tiny-gpt", {2, 2, 1, 1, "gpipe", 1, 2, "full", true});
+}
+
+// The tied embedding's all-reduce joins the first and the last stage: with overlap_grad_reduce
+// it once ran right after the last stage's chunk 1, while stage 0 still waited for that stage's
+// chunk-0 gradients, and both hung. It now waits for each stage's last pass.
+TEST(Equivalence, TiedEmbeddingWithOverlappedReduction) {
+  Layout interleaved{1, 2, 1, 2, "interleaved", 2, 1};
+  interleaved.overlap_grad_reduce = true;
+  expect_same_training("tiny-gpt", interleaved);
+  Layout zero2{1, 2, 2, 1, "1f1b", 1, 2};
+  zero2.overlap_grad_reduce = true;
+  expect_same_training("tiny-gpt", zero2);
+}
+}  // namespace

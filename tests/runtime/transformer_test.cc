@@ -1,5 +1,6 @@
 // The single-rank model against independent checks: loss ln(V) at initialization and gradients
 // against central finite differences of the loss.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -7,6 +8,7 @@
 
 #include "runtime/trainer.h"
 #include "runtime/transformer.h"
+#include "runtime/transformer_cache.h"
 
 namespace parallax {
 namespace {
@@ -18,12 +20,12 @@ ModelSpec tiny(const std::string& name) {
 struct Batch {
   std::vector<int> inputs, targets;
 };
-Batch batch(const ModelSpec& m, int b, int s) {
+Batch batch(const ModelSpec& m, int b, int s, int64_t step = 0) {
   Batch out;
   for (int i = 0; i < b; ++i)
     for (int p = 0; p < s; ++p) {
-      out.inputs.push_back(synthetic_token(7, 0, i, p, m.vocab));
-      out.targets.push_back(synthetic_token(7, 0, i, p + 1, m.vocab));
+      out.inputs.push_back(synthetic_token(7, step, i, p, m.vocab));
+      out.targets.push_back(synthetic_token(7, step, i, p + 1, m.vocab));
     }
   return out;
 }
@@ -176,23 +178,68 @@ TEST(Trainer, NormsAndBiasesTakeNoWeightDecayByDefault) {
     o.adam.lr = 0.01f, o.adam.weight_decay = 0.5f, o.decay_norms_and_biases = decay_norms;
     std::unique_ptr<Trainer> t = Trainer::create(tiny("tiny-gpt"), p, *world, o).value();
     t->step(0);
-    return t->save_state();
+    return t->export_state();
   };
-  const std::string off = final_values(false), on = final_values(true);
-  // The state is a 28-byte header, then each parameter as (count, floats) in params() order.
+  const std::vector<TensorShard> off = final_values(false), on = final_values(true);
+  ASSERT_EQ(off.size(), on.size());
   Transformer layout = Transformer::create(tiny("tiny-gpt"), 1, 0, 1234).value();
-  size_t at = 28;
-  for (const Param* param : layout.params()) {
-    at += sizeof(uint64_t);
-    const float* a = reinterpret_cast<const float*>(off.data() + at);
-    const float* b = reinterpret_cast<const float*>(on.data() + at);
+  for (size_t i = 0; i < off.size(); ++i) {
+    const Param* param = layout.params()[i];
+    ASSERT_EQ(off[i].name, param->name);
     if (param->role == ParamRole::kNormWeight) {
-      EXPECT_NEAR(a[0] - b[0], 0.005f, 1e-6f) << param->name;
+      EXPECT_NEAR(off[i].value[0] - on[i].value[0], 0.005f, 1e-6f) << param->name;
     }
     if (param->role == ParamRole::kMatrix) {
-      EXPECT_EQ(a[0], b[0]) << param->name;
+      EXPECT_EQ(off[i].value[0], on[i].value[0]) << param->name;
     }
-    at += static_cast<size_t>(param->size) * sizeof(float);
+  }
+}
+
+// ZB-H1 splits a chunk's backward into B (input gradients) and W (parameter gradients). B leaves
+// the gradients of the layers and the embedding untouched (the head's come from the forward, as
+// unsplit), and B then W accumulates what the combined backward does over two micro-batches: W
+// runs the combined pass's arithmetic on copies of its operands (FP8: the same rounded ones).
+TEST(Transformer, SplitWeightGradientsEqualTheCombinedBackward) {
+  struct Case {
+    const char* model;
+    Recompute recompute;
+    bool fp8;
+  };
+  for (const Case& c : {Case{"tiny-gpt", Recompute::kNone, false}, Case{"tiny-llama", Recompute::kNone, false},
+                        Case{"tiny-mixtral", Recompute::kNone, false}, Case{"tiny-gpt", Recompute::kFull, false},
+                        Case{"tiny-llama", Recompute::kSelective, true}}) {
+    const ModelSpec m = tiny(c.model);
+    auto self = make_self_communicator();
+    auto make = [&](bool split) {
+      Transformer t = Transformer::create(m, 1, 0, 5).value();
+      t.set_recompute(c.recompute), t.set_fp8(c.fp8), t.set_split_weight_gradients(split);
+      return t;
+    };
+    Transformer combined = make(false), split = make(true);
+    const int b = 2, s = 8;
+    for (int64_t mb = 0; mb < 2; ++mb) {
+      const Batch x = batch(m, b, s, mb);
+      combined.forward_backward(x.inputs.data(), x.targets.data(), b, s, 1.0f / 32, *self);
+      Transformer::MicroBatch state;
+      split.forward(0, x.inputs.data(), x.targets.data(), nullptr, nullptr, b, s, 1.0f / 32, *self, state);
+      split.backward(0, nullptr, nullptr, b, s, *self, state);
+      for (const Param* p : split.params()) {
+        const bool head = p->name.rfind("lnf.", 0) == 0 || p->name == "head" || (p->name == "wte" && m.tied_embeddings);
+        if (mb == 0 && !head) {
+          EXPECT_TRUE(std::all_of(p->grad.begin(), p->grad.end(), [](float g) { return g == 0; })) << c.model << " " << p->name;
+        }
+      }
+      split.weight_backward(0, b, s, state);
+    }
+    const std::vector<Param*> want = combined.params(), got = split.params();
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t k = 0; k < want.size(); ++k) {
+      float scale = 0;
+      for (float g : want[k]->grad) scale = std::max(scale, std::abs(g));
+      EXPECT_GT(scale, 0) << c.model << " " << want[k]->name;
+      for (size_t i = 0; i < want[k]->grad.size(); ++i)
+        ASSERT_NEAR(got[k]->grad[i], want[k]->grad[i], 1e-6 * scale) << c.model << " " << want[k]->name << "[" << i << "]";
+    }
   }
 }
 
