@@ -2,15 +2,25 @@
 // DP 32, 512 micro-batches per step (global batch 16,384), 1F1B and interleaved — lowered and
 // run through the discrete-event engine. Counters: tasks (events) per second.
 #include <benchmark/benchmark.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "planner/simulation.h"
 
 namespace parallax {
 namespace {
 
-void BM_Simulate1T16k(benchmark::State& state) {
-  static const ModelSpec m = load_model("gpt-1t").value();
-  static const ClusterSpec c = load_cluster("dgx-h100").value();
+// As planner and simulate run (tools/cli.h keep_freed_memory): freed arrays stay in the process.
+[[maybe_unused]] const bool kKeepFreedMemory = [] {
+#ifdef __GLIBC__
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+  return true;
+}();
+
+Plan one_t_plan(int64_t virtual_stages) {
   Plan p;
   p.tp = 8;
   p.pp = 64;
@@ -20,9 +30,17 @@ void BM_Simulate1T16k(benchmark::State& state) {
   p.seq_len = 2048;
   p.sequence_parallel = true;
   p.recompute = Recompute::kSelective;
-  p.schedule = state.range(0) == 1 ? Schedule::k1F1B : Schedule::kInterleaved;
-  p.virtual_stages = state.range(0);
+  p.schedule = virtual_stages == 1 ? Schedule::k1F1B : Schedule::kInterleaved;
+  p.virtual_stages = virtual_stages;
   p.execution.overlap_grad_reduce = true;
+  return p;
+}
+
+// Every event of the step (what --trace needs).
+void BM_Simulate1T16k(benchmark::State& state) {
+  static const ModelSpec m = load_model("gpt-1t").value();
+  static const ClusterSpec c = load_cluster("dgx-h100").value();
+  const Plan p = one_t_plan(state.range(0));
   int64_t events = 0;
   for (auto _ : state) {
     Result<Simulation> sim = simulate_step(m, c, p);
@@ -33,6 +51,19 @@ void BM_Simulate1T16k(benchmark::State& state) {
   state.counters["events"] = double(events) / double(state.iterations());
 }
 BENCHMARK(BM_Simulate1T16k)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+
+// The report the search ranks by: the line through three shorter steps (simulation.h).
+void BM_Report1T16k(benchmark::State& state) {
+  static const ModelSpec m = load_model("gpt-1t").value();
+  static const ClusterSpec c = load_cluster("dgx-h100").value();
+  const Plan p = one_t_plan(state.range(0));
+  for (auto _ : state) {
+    Result<Simulation> sim = simulate_report(m, c, p);
+    if (!sim->extrapolated) state.SkipWithError("not extrapolated");
+    benchmark::DoNotOptimize(sim->report.step_time_s);
+  }
+}
+BENCHMARK(BM_Report1T16k)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace parallax

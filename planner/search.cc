@@ -230,7 +230,7 @@ std::vector<RankedPlan> rank_by_simulation(const ModelSpec& m, const ClusterSpec
     if (best.size() >= k && static_cast<size_t>(counts.simulated) >= 2 * k + kMinSimulatedExtra &&
         cand.report.step_time_s * floor_ratio * (1 - kPruneMargin) > best.back().report.step_time_s)
       break;
-    Result<Simulation> sim = simulate_step(m, c, cand.plan);
+    Result<Simulation> sim = simulate_report(m, c, cand.plan);
     ++counts.simulated;
     if (!sim.ok()) continue;  // a schedule the engine cannot run is not ranked
     const StepReport& e = sim->report;

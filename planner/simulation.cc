@@ -77,63 +77,74 @@ StageReport stage_stats(const Simulation& sim, int64_t s) {
   return r;
 }
 
-// Bytes each GPU of a stage sends, by the dimension they travel along; the worst stage of each.
-CommBytes comm_bytes(const Simulation& sim) {
-  CommBytes worst;
-  for (const StageProgram& sp : sim.step.program.stages) {
-    CommBytes b;
-    for (const ProgramOp& op : sp.ops) {
-      if (op.type == ProgramOpType::kCompute) b.tp += op.sent_bytes;
-      else if (op.type == ProgramOpType::kSend) b.pp += op.sent_bytes;
-      else if (op.type == ProgramOpType::kCollective)
-        (op.group == GroupKind::kTp                                         ? b.tp
-         : op.group == GroupKind::kDp || op.group == GroupKind::kDpReplica || op.group == GroupKind::kExpertDp ? b.dp
-                                                                            : b.pp) += op.sent_bytes;
-    }
-    worst.tp = std::max(worst.tp, b.tp);
-    worst.pp = std::max(worst.pp, b.pp);
-    worst.dp = std::max(worst.dp, b.dp);
+// Bytes each GPU of stage `s` sends, by the dimension they travel along.
+CommBytes stage_comm_bytes(const StageProgram& sp) {
+  CommBytes b;
+  for (const ProgramOp& op : sp.ops) {
+    if (op.type == ProgramOpType::kCompute) b.tp += op.sent_bytes;
+    else if (op.type == ProgramOpType::kSend) b.pp += op.sent_bytes;
+    else if (op.type == ProgramOpType::kCollective)
+      (op.group == GroupKind::kTp                                                                            ? b.tp
+       : op.group == GroupKind::kDp || op.group == GroupKind::kDpReplica || op.group == GroupKind::kExpertDp ? b.dp
+                                                                                                           : b.pp) += op.sent_bytes;
   }
-  return worst;
+  return b;
 }
 
-void summarise(const ModelSpec& m, const ClusterSpec& c, const OpCosts& costs, Simulation& sim) {
+}  // namespace
+
+StepMeasures measures_of(const Simulation& sim) {
+  StepMeasures out;
+  out.makespan_s = sim.timeline.makespan_s;
+  for (int64_t s = 0; s < sim.plan.pp; ++s) {
+    const StageProgram& sp = sim.step.program.stages[s];
+    StageReport r = stage_stats(sim, s);
+    r.peak_in_flight = max_in_flight(sp.schedule, sim.plan.schedule);
+    out.stages.push_back(r);
+    out.stage_bytes.push_back(stage_comm_bytes(sp));
+    for (size_t i = 0; i < sp.ops.size(); ++i)
+      if (sp.ops[i].type == ProgramOpType::kOptimizer) {
+        const Span o = span_of(sim, s, i);
+        out.optimizer_s = std::max(out.optimizer_s, o.finish_s - o.start_s);
+      }
+  }
+  return out;
+}
+
+void summarise(const ModelSpec& m, const ClusterSpec& c, const LayerTiming& layer, const StepMeasures& measures,
+               Simulation& sim) {
   const Plan& p = sim.plan;
   StepReport& e = sim.report;
   e.method = "simulation";
   const double reserved = c.gpu.reserved_gib * 1073741824.0;
+  sim.stages = measures.stages;
   for (int64_t s = 0; s < p.pp; ++s) {
     StageReport& r = sim.stages[s];
-    const StageProgram& sp = sim.step.program.stages[s];
-    r.peak_in_flight = max_in_flight(sp.schedule, p.schedule);
     r.memory = stage_memory(m, p, s, reserved, r.peak_in_flight);
     e.pipeline_s = std::max(e.pipeline_s, r.pipeline_end_s);
-    for (size_t i = 0; i < sp.ops.size(); ++i)
-      if (sp.ops[i].type == ProgramOpType::kOptimizer) {
-        const Span o = span_of(sim, s, i);
-        e.optimizer_s = std::max(e.optimizer_s, o.finish_s - o.start_s);
-      }
     e.dp_exposed_s = std::max(e.dp_exposed_s, r.exposed_dp_s);
     e.tp_exposed_s = std::max(e.tp_exposed_s, r.tp_s);
     if (s == 0 || r.memory.total() > e.memory.total()) e.memory = r.memory;
+    const CommBytes& b = measures.stage_bytes[s];
+    e.comm_bytes_per_gpu.tp = std::max(e.comm_bytes_per_gpu.tp, b.tp);
+    e.comm_bytes_per_gpu.pp = std::max(e.comm_bytes_per_gpu.pp, b.pp);
+    e.comm_bytes_per_gpu.dp = std::max(e.comm_bytes_per_gpu.dp, b.dp);
   }
+  e.optimizer_s = measures.optimizer_s;
   double bubble_sum = 0;
   for (StageReport& r : sim.stages) {
     r.bubble_s = std::max(0.0, e.pipeline_s - r.busy_s);
     bubble_sum += r.bubble_s;
   }
-  e.step_time_s = sim.timeline.makespan_s;
+  e.step_time_s = measures.makespan_s;
   e.bubble_fraction = e.pipeline_s > 0 ? bubble_sum / d(p.pp) / e.pipeline_s : 0;
   e.overhead_s = p.execution.step_overhead_us * 1e-6;
-  e.comm_bytes_per_gpu = comm_bytes(sim);
   // CP's and EP's exchanges run inside the compute ops: per layer pass, on the stage with the most layers.
   const double passes = d(p.micro_batches()) * d(p.max_chunk_layers(m.layers)) * d(p.virtual_stages);
-  e.comm_bytes_per_gpu.cp = passes * costs.layer().cp_bytes;
-  e.comm_bytes_per_gpu.ep = passes * costs.layer().ep_bytes;
+  e.comm_bytes_per_gpu.cp = passes * layer.cp_bytes;
+  e.comm_bytes_per_gpu.ep = passes * layer.ep_bytes;
   finish_report(m, c, p, e);
 }
-
-}  // namespace
 
 Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
   Simulation sim;
@@ -155,8 +166,7 @@ Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const
       op.chunk = 0;
       sim.tp_pass_s[s][static_cast<int>(pass)] = costs.tp_s(op, s);
     }
-  for (int64_t s = 0; s < plan.pp; ++s) sim.stages.push_back(stage_stats(sim, s));
-  summarise(m, c, costs, sim);
+  summarise(m, c, costs.layer(), measures_of(sim), sim);
   return sim;
 }
 

@@ -41,10 +41,35 @@ struct Simulation {
   Timeline timeline;
   // The TP time inside a compute op, per stage by pass (F, B, W).
   std::vector<std::array<double, 3>> tp_pass_s;
+  bool extrapolated = false;  // simulate_report's line through three shorter steps
 };
 
 // Precondition: check_plan(plan, m, c.node.gpus) is ok. Errors: a deadlocked program.
 Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
+
+// The step's report (and per-stage reports) without its timeline, for the search. A schedule's
+// steady state repeats once every stage holds its full share of micro-batches, so every measure of
+// the step — its time, each stage's busy, exposed and in-flight figures, the bytes sent — is an
+// affine function of the micro-batch count m from there on. With m well past that point, three
+// steps of m_a, m_a + q and m_a + 2q micro-batches (q = PP for interleaving, else 1; m_a = PP + 2,
+// interleaved 2 PP) are simulated when together they are shorter than the step; if their measures lie on one line (to 1e-9),
+// the line gives m's, else the whole step is simulated. The result equals simulate_step's to
+// rounding (tested on every schedule); `extrapolated` says which way it came, and `step` and
+// `timeline` are empty when it was extrapolated.
+Result<Simulation> simulate_report(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
+
+// What the timeline and the program say of a step, before the memory model and the totals.
+struct StepMeasures {
+  double makespan_s = 0, optimizer_s = 0;
+  std::vector<StageReport> stages;    // without memory and bubble
+  std::vector<CommBytes> stage_bytes; // sent per GPU of each stage (TP, PP, DP)
+};
+// Those of a simulated (not extrapolated) step.
+StepMeasures measures_of(const Simulation& sim);
+// The report of `sim.plan` from its measures: memory per stage, the worst stage's figures, bubble,
+// bytes, FLOPs and MFU.
+void summarise(const ModelSpec& m, const ClusterSpec& c, const LayerTiming& layer, const StepMeasures& measures,
+               Simulation& sim);
 
 // Per stage: busy, bubble, exposed TP / PP / DP seconds, peak in flight and memory by category.
 nlohmann::json stage_reports_json(const Simulation& sim);

@@ -1,5 +1,9 @@
 #include "tools/cli.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <cmath>
 #include <numeric>
 #include <cstdio>
@@ -13,6 +17,13 @@ namespace parallax::cli {
 
 namespace {
 std::string g_tool = "parallax";
+}
+
+void keep_freed_memory() {
+#ifdef __GLIBC__
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
 }
 
 void set_tool_name(const std::string& name) { g_tool = name; }
