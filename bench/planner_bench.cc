@@ -3,10 +3,12 @@
 // EP degree of its 256 experts) on 2,048 H100s and Llama-3.1-8B at 131,072 tokens (every CP
 // degree) on 64; and the cost of pricing one configuration. Counters: configurations considered per second (the whole space,
 // legal or not), priced per second (legal, distinct, costed by the memory model and, if they
-// fit, the step model), per core.
+// fit, the step model), per core. Then the matrix of every bundled model by 8-16,384 GPUs.
 #include <thread>
 
 #include <benchmark/benchmark.h>
+
+#include "bench/keep_freed_memory.h"
 
 #include "planner/search.h"
 
@@ -80,6 +82,36 @@ void BM_EstimateOnePlan(benchmark::State& state) {
   state.counters["plans_per_s"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_EstimateOnePlan);
+
+// The matrix: every bundled model on 8 to 16,384 GPUs with the planner's defaults (dgx-h100,
+// ~4M tokens, bf16, top 10), one search per cell, wall time. A model too large for the smallest
+// counts is a cell whose search finds no plan; it is timed all the same.
+void BM_Matrix(benchmark::State& state, const std::string& model, int64_t gpus) {
+  const ModelSpec m = load_model(model).value();
+  SearchOptions o;
+  o.gpus = gpus;
+  o.seq_len = default_seq_len(m);
+  o.global_batch = default_global_batch(o.seq_len, gpus);
+  int64_t simulated = 0;
+  for (auto _ : state) {
+    Result<SearchResult> r = search(m, cluster(), o);
+    simulated += r.ok() ? r->simulated : 0;
+  }
+  state.counters["simulated"] = double(simulated) / double(state.iterations());
+}
+
+const bool kMatrix = [] {
+  for (const char* model : {"13b", "deepseek-v2-lite", "deepseek-v3", "gpt-1.3b", "gpt-1t", "gpt-22b", "gpt-530b", "gpt2",
+                            "gpt3-175b", "llama2-13b", "llama2-70b", "llama2-7b", "llama3-70b", "llama3-8b",
+                            "llama3.1-405b", "llama3.1-8b", "mistral-7b", "mixtral-8x7b", "qwen1.5-moe-a2.7b", "qwen2-7b"})
+    for (int64_t gpus : {8, 64, 512, 4096, 16384})
+      benchmark::RegisterBenchmark(("BM_Matrix/" + std::string(model) + "/" + std::to_string(gpus)).c_str(), BM_Matrix,
+                                   std::string(model), gpus)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime()
+          ->Iterations(1);
+  return true;
+}();
 
 }  // namespace
 }  // namespace parallax

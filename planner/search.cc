@@ -5,6 +5,8 @@
 #include "program/runtime_support.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <atomic>
 #include <thread>
 #include <tuple>
@@ -222,15 +224,19 @@ constexpr size_t kMinSimulatedExtra = 16;
 
 // Simulates `candidates` (sorted by estimate) until none left could enter the top K.
 std::vector<RankedPlan> rank_by_simulation(const ModelSpec& m, const ClusterSpec& c,
-                                           const std::vector<RankedPlan>& candidates, size_t k,
+                                           const std::vector<RankedPlan>& candidates, const SearchOptions& o,
                                            SearchResult& counts) {
+  const size_t k = o.top_k;
   std::vector<RankedPlan> best;
   double floor_ratio = 1.0;
   for (const RankedPlan& cand : candidates) {
     if (best.size() >= k && static_cast<size_t>(counts.simulated) >= 2 * k + kMinSimulatedExtra &&
         cand.report.step_time_s * floor_ratio * (1 - kPruneMargin) > best.back().report.step_time_s)
       break;
-    Result<Simulation> sim = simulate_report(m, c, cand.plan);
+    if (o.progress)
+      o.progress({counts.feasible, static_cast<int64_t>(candidates.size()), counts.simulated,
+                  best.empty() ? 0.0 : best.front().report.step_time_s});
+    Result<Simulation> sim = o.every_event ? simulate_step(m, c, cand.plan) : simulate_report(m, c, cand.plan);
     ++counts.simulated;
     if (!sim.ok()) continue;  // a schedule the engine cannot run is not ranked
     const StepReport& e = sim->report;
@@ -249,6 +255,18 @@ std::vector<RankedPlan> rank_by_simulation(const ModelSpec& m, const ClusterSpec
 
 }  // namespace
 
+int64_t default_seq_len(const ModelSpec& m) { return std::min<int64_t>(m.max_positions, 4096); }
+
+int64_t default_global_batch(int64_t seq_len, int64_t gpus) {
+  // About 4M tokens per step (Llama 2 and 3 pre-training), rounded to a power of two so that it
+  // divides by the usual DP degrees, then up to a multiple of the GPU count's odd part (6 GPUs:
+  // of 3) so that every DP degree the GPUs allow can divide it.
+  const double sequences = 4194304.0 / static_cast<double>(seq_len);
+  const int64_t pow2 = std::max<int64_t>(1, static_cast<int64_t>(std::exp2(std::round(std::log2(sequences)))));
+  const int64_t odd = gpus / std::gcd(gpus, pow2);
+  return (pow2 + odd - 1) / odd * odd;
+}
+
 const char* rejection_key(size_t index) {
   if (index < static_cast<size_t>(Violation::kCount)) return violation_key(static_cast<Violation>(index));
   switch (static_cast<Rejection>(index)) {
@@ -263,7 +281,10 @@ const char* rejection_key(size_t index) {
 }
 
 bool ranks_before(const RankedPlan& a, const RankedPlan& b) {
-  if (a.report.step_time_s != b.report.step_time_s) return a.report.step_time_s < b.report.step_time_s;
+  // Step times equal to the nanosecond tie (the line through short steps and every event agree
+  // to rounding, not to the last bit), and ties go to less memory, then to the plan's key.
+  const int64_t a_ns = std::llround(a.report.step_time_s * 1e9), b_ns = std::llround(b.report.step_time_s * 1e9);
+  if (a_ns != b_ns) return a_ns < b_ns;
   if (a.report.peak_memory_bytes != b.report.peak_memory_bytes)
     return a.report.peak_memory_bytes < b.report.peak_memory_bytes;
   auto key = [](const Plan& p) {
@@ -345,7 +366,7 @@ Result<SearchResult> search(const ModelSpec& m, const ClusterSpec& c, const Sear
     total.plans.insert(total.plans.end(), r.plans.begin(), r.plans.end());
   }
   std::sort(total.plans.begin(), total.plans.end(), ranks_before);
-  if (o.simulate) total.plans = rank_by_simulation(m, c, total.plans, o.top_k, total);
+  if (o.simulate) total.plans = rank_by_simulation(m, c, total.plans, o, total);
   if (total.plans.size() > o.top_k) total.plans.resize(o.top_k);
   return total;
 }

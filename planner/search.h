@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,18 @@
 #include "simulator/cluster_spec.h"
 
 namespace parallax {
+
+// The planner's defaults (stated in its output when the user gave none): min(max positions,
+// 4096) tokens, and about 4M tokens per step.
+int64_t default_seq_len(const ModelSpec& m);
+int64_t default_global_batch(int64_t seq_len, int64_t gpus = 1);
+
+// Where a search is: plans that fit by the estimate, candidates in simulation order, candidates
+// simulated so far, the best simulated step yet.
+struct SearchProgress {
+  int64_t fitting = 0, candidates = 0, simulated = 0;
+  double best_step_s = 0;
+};
 
 struct SearchOptions {
   int64_t gpus = 0;
@@ -38,6 +51,11 @@ struct SearchOptions {
   std::vector<Schedule> schedules;
   int64_t fixed_tp = 0, fixed_pp = 0, fixed_dp = 0, fixed_cp = 0, fixed_ep = 0;
   int fixed_zero = -1;
+  // Simulate every event of each candidate (simulate_step) rather than the line through three
+  // short steps (simulate_report): the same ranking, slower; for checking it.
+  bool every_event = false;
+  // Called from the calling thread after the estimate and after each simulated candidate.
+  std::function<void(const SearchProgress&)> progress;
 };
 
 // Why a configuration was not ranked: a plan Violation, or one of these.
@@ -70,7 +88,8 @@ struct SearchResult {
 // length < 1). An empty `plans` is not an error here: the caller explains why nothing fits.
 Result<SearchResult> search(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o);
 
-// Ordering of the ranking: step time, then peak memory, then the plan's fields (deterministic).
+// Ordering of the ranking: step time (to the nanosecond), then peak memory, then the plan's fields
+// (deterministic).
 bool ranks_before(const RankedPlan& a, const RankedPlan& b);
 
 }  // namespace parallax

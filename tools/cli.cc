@@ -4,6 +4,8 @@
 #include <malloc.h>
 #endif
 
+#include <unistd.h>
+
 #include <cmath>
 #include <numeric>
 #include <cstdio>
@@ -24,6 +26,26 @@ void keep_freed_memory() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #endif
+}
+
+Progress::Progress(std::string tool, bool quiet) : tool_(std::move(tool)), start_(std::chrono::steady_clock::now()) {
+  enabled_ = !quiet && isatty(STDERR_FILENO);
+  if (const char* after = std::getenv("PARALLAX_PROGRESS_AFTER_S")) after_s_ = std::atof(after);
+}
+
+void Progress::show(const std::string& line) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!enabled_ || std::chrono::duration<double>(now - start_).count() < after_s_ ||
+      (shown_ && now - last_ < std::chrono::milliseconds(100)))
+    return;
+  std::cerr << "\r\033[K" << tool_ << ": " << line << std::flush;
+  shown_ = true;
+  last_ = now;
+}
+
+void Progress::clear() {
+  if (shown_) std::cerr << "\r\033[K" << std::flush;
+  shown_ = false;
 }
 
 void set_tool_name(const std::string& name) { g_tool = name; }
@@ -52,18 +74,6 @@ void parse(CLI::App& app, int argc, char** argv) {
 ModelSpec load_model_or_fail(const std::string& name_or_path) { return value_or_fail(load_model(name_or_path)); }
 ClusterSpec load_cluster_or_fail(const std::string& name_or_path) {
   return value_or_fail(load_cluster(name_or_path));
-}
-
-int64_t default_seq_len(const ModelSpec& m) { return std::min<int64_t>(m.max_positions, 4096); }
-
-int64_t default_global_batch(int64_t seq_len, int64_t gpus) {
-  // About 4M tokens per step (Llama 2 and 3 pre-training), rounded to a power of two so that it
-  // divides by the usual DP degrees, then up to a multiple of the GPU count's odd part (6 GPUs:
-  // of 3) so that every DP degree the GPUs allow can divide it.
-  const double sequences = 4194304.0 / static_cast<double>(seq_len);
-  const int64_t pow2 = std::max<int64_t>(1, static_cast<int64_t>(std::exp2(std::round(std::log2(sequences)))));
-  const int64_t odd = gpus / std::gcd(gpus, pow2);
-  return (pow2 + odd - 1) / odd * odd;
 }
 
 Precision parse_precision_or_fail(const std::string& text) {

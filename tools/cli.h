@@ -3,6 +3,7 @@
 // tools/ parses command lines or prints.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,23 @@ void set_tool_name(const std::string& name);
 void keep_freed_memory();
 void warn(const std::string& message);
 
+// One updating status line on stderr for work that outlasts a second (PARALLAX_PROGRESS_AFTER_S
+// changes the second, for tests): silent when stderr is not a terminal or `quiet`, redrawn at
+// most ten times a second, erased by clear() or the destructor.
+class Progress {
+ public:
+  Progress(std::string tool, bool quiet);
+  ~Progress() { clear(); }
+  void show(const std::string& line);
+  void clear();
+
+ private:
+  std::string tool_;
+  bool enabled_ = false, shown_ = false;
+  double after_s_ = 1.0;
+  std::chrono::steady_clock::time_point start_, last_;
+};
+
 // Parses argv; --help prints and exits 0, a bad flag exits 2 with one line.
 void parse(CLI::App& app, int argc, char** argv);
 
@@ -35,9 +53,6 @@ T value_or_fail(Result<T> r) {
 ModelSpec load_model_or_fail(const std::string& name_or_path);
 ClusterSpec load_cluster_or_fail(const std::string& name_or_path);
 
-// Defaults the tools state in their output when the user gave none.
-int64_t default_seq_len(const ModelSpec& m);
-int64_t default_global_batch(int64_t seq_len, int64_t gpus = 1);
 
 Precision parse_precision_or_fail(const std::string& text);
 Schedule parse_schedule_or_fail(const std::string& text);

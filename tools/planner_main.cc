@@ -18,7 +18,7 @@ struct Options {
   std::string model, cluster = "dgx-h100", format = "table", emit, precision = "bf16", runtime, schedules;
   int64_t gpus = 0, global_batch = 0, seq_len = 0, top = 10, rank = 1, tp = 0, pp = 0, dp = 0, cp = 0, ep = 0, zero = -1;
   double max_memory_fraction = 1.0;
-  bool no_offload = false;
+  bool no_offload = false, quiet = false;
   int threads = 0;
   cli::ExecutionFlags execution;
 };
@@ -159,6 +159,7 @@ int run(int argc, char** argv) {
   app.add_option("--rank", o.rank, "which ranked plan --emit prints (1 = best)")->capture_default_str();
   app.add_option("--precision", o.precision, "bf16|fp16|fp32|fp8 (FP8 GEMMs, Transformer Engine)")->capture_default_str();
   app.add_option("--threads", o.threads, "search threads (default: all cores)");
+  app.add_flag("--quiet", o.quiet, "no progress line on stderr (shown on a terminal after 1 s)");
   cli::add_execution_flags(app, o.execution);
   app.add_option("--runtime", o.runtime, "only plans Parallax's own trainer runs: cpu (MPI ranks) | cuda");
   app.add_option("--max-memory-fraction", o.max_memory_fraction, "only plans whose peak is at most this share of HBM")
@@ -183,8 +184,8 @@ int run(int argc, char** argv) {
   SearchOptions so;
   nlohmann::json defaults = nlohmann::json::object();
   so.gpus = o.gpus;
-  so.seq_len = o.seq_len > 0 ? o.seq_len : cli::default_seq_len(m);
-  so.global_batch = o.global_batch > 0 ? o.global_batch : cli::default_global_batch(so.seq_len, o.gpus);
+  so.seq_len = o.seq_len > 0 ? o.seq_len : default_seq_len(m);
+  so.global_batch = o.global_batch > 0 ? o.global_batch : default_global_batch(so.seq_len, o.gpus);
   so.precision = cli::parse_precision_or_fail(o.precision);
   if (!app.count("--seq-len")) defaults["seq_len"] = so.seq_len;
   if (!app.count("--global-batch")) defaults["global_batch"] = so.global_batch;
@@ -204,7 +205,14 @@ int run(int argc, char** argv) {
   for (std::string name; std::getline(names, name, ',');) so.schedules.push_back(cli::parse_schedule_or_fail(name));
 
   const auto start = std::chrono::steady_clock::now();
+  cli::Progress progress("planner", o.quiet);
+  so.progress = [&](const SearchProgress& p) {
+    progress.show(std::to_string(p.fitting) + " plans fit by the estimate; simulated " + std::to_string(p.simulated) +
+                  " of up to " + std::to_string(p.candidates) +
+                  (p.best_step_s > 0 ? ", best step " + cli::fixed(p.best_step_s, 3) + " s" : ""));
+  };
   SearchResult r = cli::value_or_fail(search(m, c, so));
+  progress.clear();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (r.plans.empty()) {
     // Machine-readable formats still print their (empty) document, with the counts of why.

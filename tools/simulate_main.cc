@@ -8,6 +8,7 @@
 #include "models/json_fields.h"
 #include "planner/estimate.h"
 #include "planner/export.h"
+#include "planner/search.h"
 #include "planner/simulation.h"
 #include "simulator/trace.h"
 #include "tools/cli.h"
@@ -42,14 +43,14 @@ Plan plan_from_flags(const Options& o, const CLI::App& app, const ModelSpec& m, 
   p.micro_batch = o.micro_batch;
   p.seq_len = o.seq_len;
   if (!app.count("--seq-len")) {
-    p.seq_len = cli::default_seq_len(m);
+    p.seq_len = default_seq_len(m);
     defaults["seq_len"] = p.seq_len;
   } else if (o.seq_len < 1) {
     cli::fail("--seq-len must be >= 1");
   }
   p.global_batch = o.global_batch;
   if (!app.count("--global-batch")) {
-    p.global_batch = cli::default_global_batch(p.seq_len, p.gpus());
+    p.global_batch = default_global_batch(p.seq_len, p.gpus());
     defaults["global_batch"] = p.global_batch;
   } else if (o.global_batch < 1) {
     cli::fail("--global-batch must be >= 1");
@@ -204,7 +205,9 @@ int run(int argc, char** argv) {
   if (o.engine == "analytical") {
     e = estimate_step(m, c, plan);
   } else {
-    const Simulation sim = cli::value_or_fail(simulate_step(m, c, plan));
+    // A trace or chart needs every event; the report alone comes from three short steps.
+    const bool pictures = !o.trace.empty() || !o.svg.empty();
+    const Simulation sim = cli::value_or_fail(pictures ? simulate_step(m, c, plan) : simulate_report(m, c, plan));
     e = sim.report;
     stages = stage_reports_json(sim);
     write_pictures(o, m, c, plan, sim);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "planner/search.h"
 #include "planner/simulation.h"
 
 namespace parallax {
@@ -98,6 +99,36 @@ TEST(PeriodicSimulation, ShortStepsAreSimulatedWhole) {
   const Simulation s = simulate_report(m, c, p).value();
   EXPECT_FALSE(s.extrapolated);
   EXPECT_EQ(s.report.step_time_s, simulate_step(m, c, p)->report.step_time_s);
+}
+
+}  // namespace
+}  // namespace parallax
+
+namespace parallax {
+namespace {
+
+// The matrix (bench/planner_bench.cc BM_Matrix): in every cell the search ranks the same
+// top 10, by the line through short steps and by every event of every candidate.
+TEST(PeriodicSimulation, MatrixTopTenEqualsEveryEventSearch) {
+  const ClusterSpec c = load_cluster("dgx-h100").value();
+  for (const char* model : {"13b", "deepseek-v2-lite", "deepseek-v3", "gpt-1.3b", "gpt-1t", "gpt-22b", "gpt-530b", "gpt2",
+                            "gpt3-175b", "llama2-13b", "llama2-70b", "llama2-7b", "llama3-70b", "llama3-8b",
+                            "llama3.1-405b", "llama3.1-8b", "mistral-7b", "mixtral-8x7b", "qwen1.5-moe-a2.7b", "qwen2-7b"})
+    for (int64_t gpus : {8, 64, 512, 4096, 16384}) {
+      const ModelSpec m = load_model(model).value();
+      SearchOptions o;
+      o.gpus = gpus;
+      o.seq_len = default_seq_len(m);
+      o.global_batch = default_global_batch(o.seq_len, gpus);
+      const Result<SearchResult> fast = search(m, c, o);
+      o.every_event = true;
+      const Result<SearchResult> full = search(m, c, o);
+      ASSERT_EQ(fast.ok(), full.ok()) << model << " " << gpus;
+      if (!fast.ok()) continue;
+      ASSERT_EQ(fast->plans.size(), full->plans.size()) << model << " " << gpus;
+      for (size_t i = 0; i < fast->plans.size(); ++i)
+        EXPECT_EQ(plan_to_json(fast->plans[i].plan), plan_to_json(full->plans[i].plan)) << model << " on " << gpus << " rank " << i + 1;
+    }
 }
 
 }  // namespace

@@ -101,6 +101,28 @@ TEST(Docs, LinksResolveInTheRepository) {
   }
 }
 
+// The progress line: on a terminal (script(1) gives the planner one) once the search outlasts
+// PARALLAX_PROGRESS_AFTER_S, erased before the table; never into a file, never with --quiet.
+TEST(Planner, ProgressLineOnlyOnATerminal) {
+  const std::string out = testing::TempDir() + "/progress_" + std::to_string(getpid());
+  const std::string planner = bin("planner") + " --model 13b --gpus 64 --top 1";
+  auto on_terminal = [&](const std::string& flags) {
+    const std::string cmd = "PARALLAX_PROGRESS_AFTER_S=0 script -qec \"" + planner + flags + "\" /dev/null > " + out;
+    EXPECT_EQ(parallax::testing_support::sh(cmd), 0) << cmd;
+    return slurp(out);
+  };
+  const std::string shown = on_terminal("");
+  EXPECT_NE(shown.find("planner: "), std::string::npos) << shown;
+  EXPECT_NE(shown.find("\r\033[K"), std::string::npos);
+  EXPECT_NE(shown.find("rank  TP"), std::string::npos);
+  EXPECT_EQ(on_terminal(" --quiet").find("planner: "), std::string::npos);
+  setenv("PARALLAX_PROGRESS_AFTER_S", "0", 1);
+  const ToolRun piped = run("planner", "--model 13b --gpus 64 --top 1");
+  unsetenv("PARALLAX_PROGRESS_AFTER_S");
+  EXPECT_EQ(piped.code, 0);
+  EXPECT_TRUE(piped.err.empty()) << piped.err;
+}
+
 TEST(Planner, JsonAndCsv) {
   ToolRun r = run("planner", "--model 13b --gpus 64 --format json --top 5");
   ASSERT_EQ(r.code, 0) << r.err;
