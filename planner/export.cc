@@ -70,7 +70,8 @@ void model_arguments(const ModelSpec& m, std::vector<std::string>& a) {
     if (m.shared_ffn_hidden > 0) arg("--moe-shared-expert-intermediate-size", m.shared_ffn_hidden);
     // Leading dense layers: a Python list Megatron evaluates, one entry per layer.
     if (m.dense_layers > 0)
-      arg("--moe-layer-freq", "([0]*" + std::to_string(m.dense_layers) + "+[1]*" + std::to_string(m.layers - m.dense_layers) + ")");
+      // Quoted: a shell would read the parentheses and expand the asterisks.
+      arg("--moe-layer-freq", "'([0]*" + std::to_string(m.dense_layers) + "+[1]*" + std::to_string(m.layers - m.dense_layers) + ")'");
     arg("--moe-token-dispatcher-type", "alltoall");  // the all-to-all the plan prices
     a.push_back("--moe-grouped-gemm");               // the experts as one grouped GEMM, as priced
   }
@@ -89,7 +90,8 @@ void model_arguments(const ModelSpec& m, std::vector<std::string>& a) {
   arg("--position-embedding-type", m.positions == Positions::kRotary ? "rope" : "learned_absolute");
   if (m.positions == Positions::kRotary) {
     if (m.rotary_dims != m.head_dim && !m.is_mla()) arg("--rotary-percent", static_cast<double>(m.rotary_dims) / static_cast<double>(m.head_dim));
-    if (m.rope_theta != 10000.0) arg("--rotary-base", m.rope_theta);
+    // Megatron-LM declares --rotary-base an int: 1e6 must print as 1000000, not 1e+06.
+    if (m.rope_theta != 10000.0) arg("--rotary-base", std::llround(m.rope_theta));
   }
   if (!m.tied_embeddings) a.push_back("--untie-embeddings-and-output-weights");
   if (!m.linear_bias) a.push_back("--disable-bias-linear");

@@ -308,12 +308,18 @@ TEST(Export, ExpertContextAndFp8Flags) {
   for (const char* flag : {"--context-parallel-size 2", "--cp-comm-type p2p", "--expert-model-parallel-size 8",
                            "--expert-tensor-parallel-size 2", "--num-experts 64", "--moe-router-topk 6",
                            "--moe-ffn-hidden-size 1408", "--ffn-hidden-size 10944",
-                           "--moe-shared-expert-intermediate-size 2816", "--moe-layer-freq ([0]*1+[1]*26)",
+                           "--moe-shared-expert-intermediate-size 2816", "--moe-layer-freq '([0]*1+[1]*26)'",
                            "--multi-latent-attention", "--kv-lora-rank 512", "--qk-head-dim 128",
                            "--qk-pos-emb-head-dim 64", "--v-head-dim 128", "--bf16", "--fp8-format hybrid",
                            "--fp8-recipe delayed"})
     EXPECT_NE(args.find(flag), std::string::npos) << flag << " in " << args;
   EXPECT_EQ(args.find("--rotary-percent"), std::string::npos);
+  // Megatron declares --rotary-base an int: Mixtral's theta 1e6 as 1000000, never 1e+06.
+  Plan mixtral = plan(2, 1, 4, 1, 4096);
+  mixtral.sequence_parallel = true;
+  const std::string mixtral_args = megatron_arguments(load("mixtral-8x7b"), mixtral).value();
+  EXPECT_NE(mixtral_args.find("--rotary-base 1000000 "), std::string::npos) << mixtral_args;
+  EXPECT_EQ(mixtral_args.find("e+06"), std::string::npos);
   // DeepSpeed: EP through AutoEP, Ulysses only, no FP8.
   Plan ds = plan(1, 2, 4, 2, 8192);
   ds.execution.cp_comm = CpComm::kAllToAll;
