@@ -86,6 +86,8 @@ void model_arguments(const ModelSpec& m, std::vector<std::string>& a) {
   if (m.mlp == Mlp::kSwiGlu) a.push_back("--swiglu");
   if (m.mlp == Mlp::kSquaredRelu) a.push_back("--squared-relu");
   if (m.norm == Norm::kRmsNorm) arg("--normalization", "RMSNorm");
+  arg("--norm-epsilon", m.norm_eps);  // Megatron's default 1e-5 is not Qwen3's or Llama 2's 1e-6
+  if (m.qk_norm_params > 0) a.push_back("--qk-layernorm");  // Qwen3, OLMo 2: priced with them
   if (m.model_type == "nemotron") a.push_back("--apply-layernorm-1p");
   arg("--position-embedding-type", m.positions == Positions::kRotary ? "rope" : "learned_absolute");
   if (m.positions == Positions::kRotary) {
@@ -110,6 +112,10 @@ Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
   if (p.zero >= 2)
     return Error{"--emit megatron: zero " + std::to_string(p.zero) +
                  " has no Megatron-LM equivalent (zero 1 = --use-distributed-optimizer); use --emit deepspeed"};
+  // arguments.py: optimizer offload with --fp8-param-gather needs the delayed recipe.
+  if (p.offload && p.precision == Precision::kFp8 && p.execution.fp8_param_gather &&
+      p.execution.fp8_recipe != Fp8Recipe::kDelayed)
+    return Error{"--emit megatron: optimizer offload with fp8_param_gather needs fp8_recipe delayed (Megatron's validate_args)"};
   if (p.schedule == Schedule::kGpipe || p.schedule == Schedule::kZbH1)
     if (p.pp > 1)
       return Error{std::string("--emit megatron: schedule ") + schedule_name(p.schedule) +

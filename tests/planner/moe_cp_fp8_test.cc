@@ -1,6 +1,8 @@
 // Expert parallelism, context parallelism and FP8 through every unit that prices them: the rank
 // layout, legality, GEMM shapes, exchanges, memory, the step program, the search and the exports.
 // Expected values are derived by hand in the comments.
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -314,6 +316,24 @@ TEST(Export, ExpertContextAndFp8Flags) {
                            "--fp8-recipe delayed"})
     EXPECT_NE(args.find(flag), std::string::npos) << flag << " in " << args;
   EXPECT_EQ(args.find("--rotary-percent"), std::string::npos);
+  // Offload with fp8_param_gather: Megatron's validate_args wants the delayed recipe.
+  Plan offload = p;
+  offload.offload = true, offload.execution.fp8_param_gather = true, offload.execution.fp8_recipe = Fp8Recipe::kCurrent;
+  EXPECT_NE(megatron_arguments(load("deepseek-v2-lite"), offload).error().find("needs fp8_recipe delayed"), std::string::npos);
+  offload.execution.fp8_recipe = Fp8Recipe::kDelayed;
+  EXPECT_TRUE(megatron_arguments(load("deepseek-v2-lite"), offload).ok());
+  // What the model was priced with is exported: its norm epsilon, and Qwen3's q/k norms.
+  EXPECT_NE(args.find("--norm-epsilon 1e-06 "), std::string::npos) << args;
+  EXPECT_EQ(args.find("--qk-layernorm"), std::string::npos);
+  const std::string qwen3 = testing::TempDir() + "/qwen3-0.6b.json";
+  std::ofstream(qwen3) << R"({"model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28,
+    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072,
+    "vocab_size": 151936, "max_position_embeddings": 40960, "rms_norm_eps": 1e-06, "rope_theta": 1000000,
+    "tie_word_embeddings": true, "hidden_act": "silu"})";
+  Plan dense = plan(2, 1, 4, 1, 4096);
+  dense.sequence_parallel = true;
+  const std::string qwen3_args = megatron_arguments(load_model(qwen3).value(), dense).value();
+  EXPECT_NE(qwen3_args.find("--qk-layernorm"), std::string::npos) << qwen3_args;
   // Megatron declares --rotary-base an int: Mixtral's theta 1e6 as 1000000, never 1e+06.
   Plan mixtral = plan(2, 1, 4, 1, 4096);
   mixtral.sequence_parallel = true;
