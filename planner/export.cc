@@ -215,6 +215,8 @@ std::vector<std::string> deepspeed_notes(const Plan& p) {
 Result<nlohmann::json> deepspeed_config(const Plan& p) {
   if (p.pp > 1 && p.schedule != Schedule::k1F1B)
     return Error{std::string("--emit deepspeed: DeepSpeed pipelines run 1f1b only, not ") + schedule_name(p.schedule)};
+  if (p.ep > 1 && p.tp > 1)  // AutoEP takes no TP mpu and expert TP 1 only
+    return Error{"--emit deepspeed: DeepSpeed's AutoEP runs expert parallelism without TP (tp 1), not tp " + std::to_string(p.tp)};
   if (p.ep > 1 && p.zero == 3)  // its MoE runs with ZeRO 0-2 (docs/_tutorials/mixture-of-experts.md)
     return Error{"--emit deepspeed: DeepSpeed runs expert parallelism with ZeRO 0-2, not zero 3"};
   if (p.pp > 1 && p.zero >= 2)  // PipelineEngine asserts it (deepspeed/runtime/pipe/engine.py)

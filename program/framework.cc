@@ -130,6 +130,8 @@ std::string megatron_refusal(const std::string& name, const Plan& p, const Model
 std::string deepspeed_refusal(const Plan& p) {
   // PipelineEngine asserts ZeRO stage < 2 (deepspeed/runtime/pipe/engine.py).
   if (p.pp > 1 && p.zero >= 2) return "deepspeed pipelines run ZeRO 0 or 1, not " + std::to_string(p.zero);
+  // AutoEP builds its own expert groups and takes no TP mpu (expert TP 1 only).
+  if (p.ep > 1 && p.tp > 1) return "deepspeed's AutoEP runs expert parallelism without TP (tp 1), not tp " + std::to_string(p.tp);
   // DeepSpeed's MoE runs with ZeRO 0-2 (docs/_tutorials/mixture-of-experts.md: "E + Z").
   if (p.ep > 1 && p.zero == 3) return "deepspeed runs expert parallelism with ZeRO 0-2, not 3";
   if (p.pp > 1 && p.schedule != Schedule::k1F1B) return std::string("deepspeed pipelines run 1f1b only, not ") + schedule_name(p.schedule);

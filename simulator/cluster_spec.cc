@@ -89,8 +89,19 @@ Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
   g.peak_fp16_tflops = p.required_number("fp16");
   g.peak_fp32_tflops = p.required_number("fp32");
   g.peak_fp8_tflops = p.optional_number("fp8").value_or(0.0);  // absent: no FP8 tensor cores
+  // The fastest tensor cores today run below 20,000 TFLOP/s (FP4, sparse): a peak above 100,000
+  // is FLOP/s typed as TFLOP/s.
+  for (const auto& [key, value] : {std::pair{"bf16", g.peak_bf16_tflops}, {"fp16", g.peak_fp16_tflops},
+                                   {"fp32", g.peak_fp32_tflops}, {"fp8", g.peak_fp8_tflops}})
+    if (p.ok() && value > 1e5)
+      p.fail(key, "is in TFLOP/s and " + std::to_string(static_cast<int64_t>(value)) +
+                      " is beyond any GPU (FLOP/s typed as TFLOP/s? an H100's bf16 peak is 989)");
   if (!p.ok()) return Error{p.error()};
   g.hbm_gib = f.required_number("hbm_gib");
+  // The largest GPU memories today are a few hundred GiB: thousands are bytes or MiB typed as GiB.
+  if (f.ok() && g.hbm_gib > 4096)
+    f.fail("hbm_gib", "is in GiB and " + std::to_string(static_cast<int64_t>(g.hbm_gib)) +
+                          " is beyond any GPU (bytes or MiB typed as GiB? an 80 GB H100 is 80)");
   g.hbm_gbps = f.required_bandwidth_gbps("hbm_gbps");
   read_fraction(f, "gemm_max_efficiency", g.gemm_max_efficiency);
   g.gemm_half_dim = f.required_number("gemm_half_dim", /*allow_zero=*/true);

@@ -190,6 +190,11 @@ int run(int argc, char** argv) {
   if (!app.count("--seq-len")) defaults["seq_len"] = so.seq_len;
   if (!app.count("--global-batch")) defaults["global_batch"] = so.global_batch;
   if (!app.count("--precision")) defaults["precision"] = o.precision;
+  // Llama 3 405B's largest step was 16M tokens: a billion is tokens typed as sequences.
+  if (app.count("--global-batch") && static_cast<double>(so.global_batch) * static_cast<double>(so.seq_len) > 1073741824.0)
+    cli::fail("--global-batch counts sequences: " + std::to_string(so.global_batch) + " x " + std::to_string(so.seq_len) +
+              " tokens is over a billion tokens per step (tokens typed as sequences? ~4M tokens is " +
+              std::to_string(std::max<int64_t>(1, 4194304 / so.seq_len)) + " sequences)");
   so.execution = cli::execution_or_fail(o.execution);
   so.top_k = static_cast<size_t>(std::max<int64_t>(o.top, o.rank));
   so.threads = o.threads;

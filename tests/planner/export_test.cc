@@ -89,6 +89,12 @@ TEST(DeepSpeed, RefusesZeroTwoOrThreeWithPipelines) {
   EXPECT_EQ(deepspeed_config(p).error(), "--emit deepspeed: DeepSpeed pipelines run ZeRO 0 or 1, not zero 3");
   EXPECT_EQ(framework_refusal("deepspeed", p, load("13b")), "deepspeed pipelines run ZeRO 0 or 1, not 3");
   EXPECT_EQ(framework_refusal("torchtitan", p, load("13b")), "torchtitan's tensor parallelism shards the norms' sequence too (sequence_parallel)");
+  // AutoEP takes no TP: EP with TP 2 is neither listed nor exported for DeepSpeed.
+  Plan ep;
+  ep.tp = 2, ep.dp = 4, ep.ep = 4, ep.global_batch = 8, ep.seq_len = 4096;
+  EXPECT_EQ(framework_refusal("deepspeed", ep, load("mixtral-8x7b")),
+            "deepspeed's AutoEP runs expert parallelism without TP (tp 1), not tp 2");
+  EXPECT_EQ(deepspeed_config(ep).error(), "--emit deepspeed: DeepSpeed's AutoEP runs expert parallelism without TP (tp 1), not tp 2");
 }
 
 TEST(Megatron, RefusesWhatItCannotExpress) {

@@ -54,6 +54,13 @@ TEST(ClusterSpec, ErrorsNameSectionAndKey) {
   EXPECT_EQ(error_after([](nlohmann::json& j) { j["network"]["bw_per_gpu_gbps"] = 400; }),
             "c.json: network: key 'bw_per_gpu_gbps': 400 GB/s per GPU is faster than any NIC (800 Gb/s = 100 GB/s): "
             "_gbps is gigaBYTES per second; write a 400 Gb/s NIC as 50 or \"400 Gb/s\"");
+  // Memory in bytes and peaks in FLOP/s are beyond any GPU: the likely slip is named.
+  EXPECT_EQ(error_after([](nlohmann::json& j) { j["gpu"]["hbm_gib"] = 85899345920.0; }),
+            "c.json: gpu: key 'hbm_gib': is in GiB and 85899345920 is beyond any GPU (bytes or MiB typed as GiB? an 80 GB "
+            "H100 is 80)");
+  EXPECT_EQ(error_after([](nlohmann::json& j) { j["gpu"]["peak_tflops"]["bf16"] = 989e12; }),
+            "c.json: gpu.peak_tflops: key 'bf16': is in TFLOP/s and 989000000000000 is beyond any GPU (FLOP/s typed as "
+            "TFLOP/s? an H100's bf16 peak is 989)");
   EXPECT_EQ(error_after([](nlohmann::json& j) { j["network"]["bw_per_gpu_gbps"] = "400 Gbps"; }),
             "c.json: network: key 'bw_per_gpu_gbps': cannot read bandwidth \"400 Gbps\" (a number of GB/s, or N "
             "Gb/s, Gbit/s, GB/s, Tb/s, TB/s)");

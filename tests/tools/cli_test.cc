@@ -123,6 +123,13 @@ TEST(Planner, ProgressLineOnlyOnATerminal) {
   EXPECT_TRUE(piped.err.empty()) << piped.err;
 }
 
+// Tokens typed as sequences: 4,194,304 sequences of 4,096 tokens is refused at once, the slip named.
+TEST(Planner, RefusesTokensTypedAsSequences) {
+  expect_bad_input(run("planner", "--model 13b --gpus 64 --global-batch 4194304"),
+                   "--global-batch counts sequences: 4194304 x 4096 tokens is over a billion tokens per step "
+                   "(tokens typed as sequences? ~4M tokens is 1024 sequences)");
+}
+
 TEST(Planner, JsonAndCsv) {
   ToolRun r = run("planner", "--model 13b --gpus 64 --format json --top 5");
   ASSERT_EQ(r.code, 0) << r.err;
