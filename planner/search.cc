@@ -189,7 +189,10 @@ class Worker {
     Violation v = first_violation(p, m_, c_.node.gpus);
     if (v != Violation::kNone) return reject(static_cast<size_t>(v));
     if (redundant(p)) return reject(static_cast<size_t>(Rejection::kRedundant));
-    if (!framework_refusal(p.execution.framework, p, m_).empty()) return reject(static_cast<size_t>(Rejection::kFramework));
+    if (std::string why = framework_refusal(p.execution.framework, p, m_); !why.empty()) {
+      if (result_.framework_refusal.empty()) result_.framework_refusal = why;
+      return reject(static_cast<size_t>(Rejection::kFramework));
+    }
     if (!runtime_runs(p)) return reject(static_cast<size_t>(Rejection::kRuntime));
     ++result_.evaluated;
     MemoryBreakdown mem = peak_memory(m_, p, reserved_);
@@ -363,6 +366,7 @@ Result<SearchResult> search(const ModelSpec& m, const ClusterSpec& c, const Sear
     total.evaluated += r.evaluated;
     total.feasible += r.feasible;
     for (size_t k = 0; k < kRejectionKinds; ++k) total.rejected[k] += r.rejected[k];
+    if (total.framework_refusal.empty()) total.framework_refusal = r.framework_refusal;
     total.plans.insert(total.plans.end(), r.plans.begin(), r.plans.end());
   }
   std::sort(total.plans.begin(), total.plans.end(), ranks_before);

@@ -82,6 +82,7 @@ struct SearchResult {
   int64_t feasible = 0;           // legal and fitting in memory
   int64_t simulated = 0;          // candidates run through the discrete-event simulator
   std::array<int64_t, kRejectionKinds> rejected{};  // indexed by Violation, then Rejection
+  std::string framework_refusal;  // the first plan the framework refused, why (framework_refusal)
 };
 
 // Errors: options out of range (gpus < 1, more GPUs than the cluster has, a batch or sequence

@@ -26,7 +26,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   if (Status s = check_runtime_support(m, plan); !s.ok()) return Error{s.error()};
   if (world.size() != plan.gpus())
     return Error{"world size " + std::to_string(world.size()) + " does not equal tp x cp x pp x dp = " +
-                 std::to_string(plan.gpus())};
+                 std::to_string(plan.gpus()) + " (start it as mpirun -np " + std::to_string(plan.gpus()) + " train ...)"};
   const RankGrid grid(plan);
   const RankCoords rc = grid.coords(world.rank());
   Result<Transformer> model = Transformer::create(m, static_cast<int>(plan.tp), rc.tp, options.seed,

@@ -56,13 +56,41 @@ nlohmann::json rejections_json(const SearchResult& r) {
   return j;
 }
 
-std::string no_plan_message(const SearchResult& r, const ModelSpec& m, const ClusterSpec& c, int64_t gpus) {
+std::string no_plan_message(const SearchResult& r, const ModelSpec& m, const ClusterSpec& c, int64_t gpus,
+                            const SearchOptions& so) {
+  // Not memory: the fixed degrees leave no configuration, or the framework runs none of the legal ones.
+  if (r.considered == 0) {
+    std::string fixed;
+    for (const auto& [flag, value] : {std::pair{"--tp", so.fixed_tp}, {"--pp", so.fixed_pp}, {"--dp", so.fixed_dp},
+                                      {"--cp", so.fixed_cp}, {"--ep", so.fixed_ep}})
+      if (value > 0) fixed += std::string(fixed.empty() ? "" : " ") + flag + " " + std::to_string(value);
+    return "no configuration of " + std::to_string(gpus) + " GPU(s) has " + (fixed.empty() ? "these settings" : fixed) +
+           ": tp x cp x pp x dp must equal the GPU count, so each degree must divide it";
+  }
+  const int64_t framework = r.rejected[static_cast<size_t>(Rejection::kFramework)];
+  if (framework > 0 && r.rejected[static_cast<size_t>(Rejection::kOutOfMemory)] == 0 && r.feasible == 0)
+    return "--framework " + so.execution.framework + " runs none of the " + std::to_string(framework) +
+           " legal plans (framework_cannot_run), e.g. " + r.framework_refusal;
   std::string msg = "no plan of model '" + m.name + "' fits " + std::to_string(gpus) + " GPU(s) of '" + c.name +
                     "' (" + cli::fixed(c.gpu.hbm_gib, 1) + " GiB each): " + std::to_string(r.considered) +
                     " configurations considered, rejected:";
   for (size_t k = 0; k < kRejectionKinds; ++k)
     if (r.rejected[k] > 0) msg += " " + std::string(rejection_key(k)) + "=" + std::to_string(r.rejected[k]);
   return msg;
+}
+
+// Out of memory: the smallest doubling of the GPU count (up to the cluster's size or 1,048,576)
+// where some plan fits by the estimate, as a suffix for the error line.
+std::string smallest_fitting_count(const ModelSpec& m, const ClusterSpec& c, SearchOptions so, bool default_batch) {
+  const int64_t most = c.max_nodes > 0 ? c.max_nodes * c.node.gpus : int64_t{1} << 20;
+  so.simulate = false, so.top_k = 1, so.progress = nullptr;
+  for (int64_t gpus = 2 * so.gpus; gpus <= most; gpus *= 2) {
+    so.gpus = gpus;
+    if (default_batch) so.global_batch = default_global_batch(so.seq_len, gpus);
+    Result<SearchResult> r = search(m, c, so);
+    if (r.ok() && !r->plans.empty()) return "; the smallest doubling that fits is " + std::to_string(gpus) + " GPUs (by the estimate)";
+  }
+  return "";
 }
 
 void emit(const Options& o, const ModelSpec& m, const SearchResult& r) {
@@ -222,7 +250,10 @@ int run(int argc, char** argv) {
   if (r.plans.empty()) {
     // Machine-readable formats still print their (empty) document, with the counts of why.
     if (o.emit.empty() && o.format != "table") print(o, m, c, so, r, seconds, defaults);
-    cli::fail(no_plan_message(r, m, c, o.gpus));
+    std::string message = no_plan_message(r, m, c, o.gpus, so);
+    if (r.rejected[static_cast<size_t>(Rejection::kOutOfMemory)] > 0)
+      message += smallest_fitting_count(m, c, so, !app.count("--global-batch"));
+    cli::fail(message);
   }
   if (!app.count("--global-batch") && (so.global_batch & (so.global_batch - 1)) != 0)  // not ~4M tokens' power of two
     cli::warn("default global batch " + std::to_string(so.global_batch) + " sequences (not a power of two) so that " +

@@ -214,6 +214,17 @@ TEST(Planner, NoPlanStillPrintsItsDocument) {
   EXPECT_NE(csv.out.find("rank,"), std::string::npos) << csv.out;
 }
 
+// When nothing fits, the line names the real cause: the fixed degrees, the framework, or memory
+// with the smallest doubling of the GPU count that would fit.
+TEST(Planner, NoPlanNamesTheCause) {
+  expect_bad_input(run("planner", "--model 13b --gpus 64 --tp 3"),
+                   "no configuration of 64 GPU(s) has --tp 3: tp x cp x pp x dp must equal the GPU count");
+  expect_bad_input(run("planner", "--model 13b --gpus 64 --framework deepspeed --precision fp8"),
+                   "--framework deepspeed runs none of the 20415 legal plans (framework_cannot_run), e.g. deepspeed "
+                   "has no FP8 training setting of its own");
+  expect_bad_input(run("planner", "--model llama3.1-405b --gpus 8"), "; the smallest doubling that fits is 32 GPUs (by the estimate)");
+}
+
 TEST(Planner, BadInputs) {
   expect_bad_input(run("planner", "--gpus 8"), "--model");
   expect_bad_input(run("planner", "--model nope --gpus 8"), "unknown model 'nope' (not a file; bundled: 13b, ");
@@ -340,7 +351,7 @@ TEST(Train, BadInputs) {
                                 .dump());
   };
   expect_bad_input(run("train", "--model " + model + " --plan " + plan("t1.json", 0, 2, "fp32")),
-                   "world size 1 does not equal tp x cp x pp x dp = 2");
+                   "world size 1 does not equal tp x cp x pp x dp = 2 (start it as mpirun -np 2 train ...)");
   nlohmann::json offload = nlohmann::json::parse(slurp(plan("t2.json", 1, 1, "fp32")));
   offload["offload"] = true;
   expect_bad_input(run("train", "--model " + model + " --plan " + temp_file("t2o.json", offload.dump())),
