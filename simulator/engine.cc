@@ -157,7 +157,8 @@ class EventLoop {
     for (size_t s = 0; s < g_.stream_count(); ++s) {
       if (head_[s] == order_first_[s + 1]) continue;
       const TaskId t = order_[head_[s]];
-      const std::string what = name ? "'" + name(t) + "'" : std::to_string(t);
+      std::string what = std::to_string(t);
+      if (name) what = '\'' + name(t), what += '\'';  // appended: GCC 12 misreads "'" + string (-Wrestrict)
       return Error{"deadlock: task " + what + " on rank " + std::to_string(g_.stream_rank(static_cast<StreamId>(s))) +
                    " stream " + stream_name(g_.stream_kind(static_cast<StreamId>(s))) + " never becomes ready"};
     }

@@ -137,9 +137,10 @@ void write_pictures(const Options& o, const ModelSpec& m, const ClusterSpec& c, 
   }
   if (!o.svg.empty()) {
     const std::string title = m.name + " on " + std::to_string(plan.gpus()) + " x " + c.gpu.name + ": TP " +
-                              std::to_string(plan.tp) + " PP " + std::to_string(plan.pp) + " DP " +
-                              std::to_string(plan.dp) + ", " + schedule_name(plan.schedule) + ", step " +
-                              cli::fixed(sim.report.step_time_s, 3) + " s";
+                              std::to_string(plan.tp) + (plan.cp > 1 ? " CP " + std::to_string(plan.cp) : "") + " PP " +
+                              std::to_string(plan.pp) + " DP " + std::to_string(plan.dp) +
+                              (plan.ep > 1 ? " EP " + std::to_string(plan.ep) : "") + ", " + schedule_name(plan.schedule) +
+                              ", step " + cli::fixed(sim.report.step_time_s, 3) + " s";
     if (Status s = write_text_file(o.svg, simulation_svg(sim, title)); !s.ok()) cli::fail(s.error());
   }
 }

@@ -225,6 +225,14 @@ TEST(Planner, NoPlanNamesTheCause) {
   expect_bad_input(run("planner", "--model llama3.1-405b --gpus 8"), "; the smallest doubling that fits is 32 GPUs (by the estimate)");
 }
 
+// The pipeline chart's title names every degree the plan splits by, CP and EP included.
+TEST(Simulate, ChartTitleNamesContextParallelism) {
+  const std::string svg = testing::TempDir() + "/chart_" + std::to_string(getpid()) + ".svg";
+  ToolRun r = run("simulate", "--model llama3-8b --tp 2 --cp 2 --pp 2 --dp 2 --micro-batch 1 --global-batch 16 --svg " + svg);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(slurp(svg).find("TP 2 CP 2 PP 2 DP 2, 1f1b"), std::string::npos);
+}
+
 TEST(Planner, BadInputs) {
   expect_bad_input(run("planner", "--gpus 8"), "--model");
   expect_bad_input(run("planner", "--model nope --gpus 8"), "unknown model 'nope' (not a file; bundled: 13b, ");
