@@ -8,9 +8,8 @@
 
 #include <benchmark/benchmark.h>
 
-#include "bench/keep_freed_memory.h"
-
 #include "planner/search.h"
+#include "planner/simulation.h"
 
 namespace parallax {
 namespace {
@@ -116,4 +115,10 @@ const bool kMatrix = [] {
 }  // namespace
 }  // namespace parallax
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  parallax::keep_freed_memory();  // as planner and simulate run
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

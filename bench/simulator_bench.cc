@@ -3,8 +3,6 @@
 // run through the discrete-event engine. Counters: tasks (events) per second.
 #include <benchmark/benchmark.h>
 
-#include "bench/keep_freed_memory.h"
-
 #include "planner/simulation.h"
 
 namespace parallax {
@@ -61,4 +59,10 @@ BENCHMARK(BM_Report1T16k)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 }  // namespace
 }  // namespace parallax
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  parallax::keep_freed_memory();  // as planner and simulate run
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include "simulator/trace.h"
 
 namespace parallax {
@@ -144,6 +148,13 @@ void summarise(const ModelSpec& m, const ClusterSpec& c, const LayerTiming& laye
   e.comm_bytes_per_gpu.cp = passes * layer.cp_bytes;
   e.comm_bytes_per_gpu.ep = passes * layer.ep_bytes;
   finish_report(m, c, p, e);
+}
+
+void keep_freed_memory() {
+#ifdef __GLIBC__
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
 }
 
 Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {

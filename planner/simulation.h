@@ -44,6 +44,11 @@ struct Simulation {
   bool extrapolated = false;  // simulate_report's line through three shorter steps
 };
 
+// For processes that simulate many steps (planner, simulate, the benchmarks): keeps freed memory
+// in the process. Each step allocates and frees the same large arrays, and glibc would hand them
+// back to the kernel, which zeroes fresh pages on every reuse (most of a 1T step's time).
+void keep_freed_memory();
+
 // Precondition: check_plan(plan, m, c.node.gpus) is ok. Errors: a deadlocked program.
 Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
 

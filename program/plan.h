@@ -106,6 +106,9 @@ struct Plan {
   // The ranks ZeRO shards dense weights over: dp_shard, or all cp x dp.
   int64_t shard_degree() const { return dp_shard > 0 ? dp_shard : cp * dp; }
   bool hybrid_sharding() const { return shard_degree() < cp * dp; }
+  // ZeRO shards state only over more than one data rank, or (offload) into host memory; on one
+  // data rank without offload, ZeRO 1-3 run as ZeRO 0 (the step program has nothing to reduce).
+  bool zero_shards() const { return zero >= 1 && (data_ranks() > 1 || offload); }
   // m = B / (b * d); only meaningful once the plan is valid.
   int64_t micro_batches() const { return global_batch / (micro_batch * dp); }
   bool uneven() const { return first_stage_layers > 0 || last_stage_layers > 0; }

@@ -138,7 +138,7 @@ class StageBuilder {
       if (releases_activations(ops[j].kind, p_.schedule)) last_release[ops[j].chunk] = j;
     // ZeRO-2/3 reduce each pass's gradients into the shards; over one data rank (and no offload)
     // there is nothing to shard, and gradients accumulate over the step as with ZeRO 0 and 1.
-    const bool per_pass = p_.zero >= 2 && (p_.data_ranks() > 1 || p_.offload);
+    const bool per_pass = p_.zero >= 2 && p_.zero_shards();
     if (p_.execution.overlap_param_gather) add_weight_gathers(-1);  // the previous step's, in steady state
     // The tied embedding's all-reduce joins the first and the last stage, so it waits for each
     // stage's last pass (as Megatron's finalize_model_grads does): issued mid-pipeline it would

@@ -79,9 +79,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
 void Trainer::create_optimizers(const Plan& plan) {
   auto counts = [this](const Param* p) { return counted(p); };
   auto decay = [d = options_.decay_norms_and_biases](const Param* p) { return decays(p->role, d); };
-  if (plan.zero >= 1 && plan.data_ranks() > 1) {
-    zero_ = std::make_unique<DistributedOptimizer>(*layout_, *dp_, counts, decay);
-  }
+  if (plan.zero_shards()) zero_ = std::make_unique<DistributedOptimizer>(*layout_, *dp_, counts, decay);
   if (plan.zero >= 1 && plan.ep > 1 && plan.expert_data_ranks() > 1) {
     std::vector<std::vector<Param*>> chunks;
     for (int c = 0; c < model_.chunks(); ++c) {

@@ -1,9 +1,5 @@
 #include "tools/cli.h"
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
-
 #include <unistd.h>
 
 #include <cmath>
@@ -19,13 +15,6 @@ namespace parallax::cli {
 
 namespace {
 std::string g_tool = "parallax";
-}
-
-void keep_freed_memory() {
-#ifdef __GLIBC__
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-#endif
 }
 
 Progress::Progress(std::string tool, bool quiet) : tool_(std::move(tool)), start_(std::chrono::steady_clock::now()) {

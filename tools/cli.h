@@ -18,10 +18,6 @@ namespace parallax::cli {
 // Prints "<tool>: error: <message>" and exits with code 2.
 [[noreturn]] void fail(const std::string& message);
 void set_tool_name(const std::string& name);
-// Keeps freed memory in the process: a search allocates and frees the same large arrays for every
-// simulated step, and glibc would hand them back to the kernel, which zeroes fresh pages on every
-// reuse (about a third of a step's time).
-void keep_freed_memory();
 void warn(const std::string& message);
 
 // One updating status line on stderr for work that outlasts a second (PARALLAX_PROGRESS_AFTER_S

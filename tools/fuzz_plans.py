@@ -139,6 +139,18 @@ def train_lines(stderr):
     return out
 
 
+def features(plan):
+    """The runtime mechanisms a plan exercises, for the coverage lines of the summary."""
+    data, ep = plan["cp"] * plan["dp"], plan.get("ep", 1)
+    tags = {"zero %d at one data rank" % plan["zero"]: plan["zero"] > 0 and data == 1,
+            "zero %d with pp" % plan["zero"]: plan["zero"] >= 2 and plan["pp"] > 1,
+            "ep with zero %d" % plan["zero"]: ep > 1 and plan["zero"] > 0,
+            "zb-h1 (split W)": plan["schedule"] == "zb-h1",
+            "interleaved": plan["schedule"] == "interleaved",
+            "cp": plan["cp"] > 1, "fp8": plan["precision"] == "fp8"}
+    return [t for t, on in tags.items() if on]
+
+
 def refusal_kind(line):
     """A refusal's reason without its numbers, for the histogram."""
     return "".join("#" if c.isdigit() else c for c in line)[:110]
@@ -196,11 +208,13 @@ def check_resume(rng, runner, model, plan, straight, tolerance):
     outcome, full = runner.run(model, plan, ["--steps", str(STEPS), "--checkpoint", full_dir])
     stop = rng.randint(1, STEPS - 1)
     first = runner.run(model, plan, ["--steps", str(stop), "--checkpoint", dir])
+    if outcome != "ok" or first[0] != "ok":
+        return ["checkpointing runs failed: %s" % [outcome, full, first]]
     shutil.copytree(dir, dir + "-copy")
     second = runner.run(model, plan, ["--steps", str(STEPS), "--checkpoint", dir, "--resume"])
     problems = []
-    if outcome != "ok" or first[0] != "ok" or second[0] != "ok":
-        return ["resume runs failed: %s" % [outcome, first, second]]
+    if second[0] != "ok":
+        return ["the resumed run failed: %s" % [second]]
     if full != straight or first[1] + second[1] != full:
         problems.append("resume after step %d is not bit-exact: %s vs %s" % (stop, first[1] + second[1], full))
     last = "step-%08d" % STEPS
@@ -229,7 +243,7 @@ def main():
     work = tempfile.mkdtemp(prefix="fuzz-plans-")
     runner = Runner(args.bin_dir, args.source, work, args.timeout)
     configs = {m: model_config(args.source, m) for m in MODELS}
-    references, refusals, failures = {}, collections.Counter(), []
+    references, refusals, reached, failures = {}, collections.Counter(), collections.Counter(), []
     trained = resumed = failed_plans = 0
     for i in range(args.plans):
         model = rng.choice(MODELS)
@@ -263,13 +277,17 @@ def main():
             failures.append("%s: %s" % (what, state_differs(plan_dir, ref_dir, STATE_TOLERANCE[plan["precision"]])))
         else:
             trained += 1
+            reached.update(features(plan))
             if rng.random() < args.resume_share:
                 resumed += 1
+                reached.update("resumed: " + f for f in features(plan))
                 failures += ["%s: %s" % (what, p) for p in check_resume(rng, runner, model, plan, detail, tolerance)]
         failed_plans += len(failures) > before
     shutil.rmtree(work, ignore_errors=True)
     print("seed %d: %d plans, %d trained to one rank's losses, %d refused, %d resumed" %
           (args.seed, args.plans, trained, sum(refusals.values()), resumed))
+    for feature, n in sorted(reached.items()):
+        print("  trained %3d x %s" % (n, feature))
     for reason, n in refusals.most_common():
         print("  refused %3d x %s" % (n, reason))
     for f in failures:

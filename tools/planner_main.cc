@@ -7,6 +7,7 @@
 
 #include "planner/export.h"
 #include "planner/search.h"
+#include "planner/simulation.h"
 #include "tools/cli.h"
 
 namespace parallax {
@@ -175,7 +176,7 @@ void print(const Options& o, const ModelSpec& m, const ClusterSpec& c, const Sea
 
 int run(int argc, char** argv) {
   cli::set_tool_name("planner");
-  cli::keep_freed_memory();
+  keep_freed_memory();
   CLI::App app{"Rank every legal way to split a model over N GPUs by predicted step time."};
   Options o;
   app.add_option("--model", o.model, "Hugging Face config.json, or a name in models/ (e.g. 13b)")->required();

@@ -175,7 +175,7 @@ void add_options(CLI::App& app, Options& o) {
 
 int run(int argc, char** argv) {
   cli::set_tool_name("simulate");
-  cli::keep_freed_memory();
+  keep_freed_memory();
   CLI::App app{"Predict one training step of one plan."};
   Options o;
   add_options(app, o);
