@@ -30,13 +30,15 @@ void BM_Search1T16k(benchmark::State& state) {
   o.seq_len = 2048;
   o.top_k = 10;
   o.threads = static_cast<int>(state.range(0));
-  int64_t considered = 0, priced = 0;
+  int64_t considered = 0, priced = 0, simulated = 0;
   for (auto _ : state) {
     Result<SearchResult> r = search(model(), cluster(), o);
     considered += r->considered;
     priced += r->evaluated;
+    simulated += r->simulated;
     benchmark::DoNotOptimize(r->plans.data());
   }
+  state.counters["simulated"] = double(simulated) / double(state.iterations());
   const double threads = static_cast<double>(o.threads);
   state.counters["considered_per_s"] = benchmark::Counter(double(considered), benchmark::Counter::kIsRate);
   state.counters["considered_per_s_per_core"] =
@@ -45,6 +47,21 @@ void BM_Search1T16k(benchmark::State& state) {
   state.counters["configurations"] = double(considered) / double(state.iterations());
 }
 BENCHMARK(BM_Search1T16k)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The same search, on one thread, pruned as before the bound: by the estimate with a margin.
+void BM_Search1T16kEstimate(benchmark::State& state) {
+  SearchOptions o;
+  o.gpus = 16384;
+  o.global_batch = 4096;
+  o.seq_len = 2048;
+  o.top_k = 10;
+  o.threads = 1;
+  o.pruning = SearchOptions::Pruning::kEstimate;
+  int64_t simulated = 0;
+  for (auto _ : state) simulated += search(model(), cluster(), o)->simulated;
+  state.counters["simulated"] = double(simulated) / double(state.iterations());
+}
+BENCHMARK(BM_Search1T16kEstimate)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The searches that range over EP (an MoE model) and CP (a long sequence), on all cores.
 void search_once(benchmark::State& state, const char* model_name, int64_t gpus, int64_t seq_len, int64_t batch) {
@@ -84,19 +101,23 @@ BENCHMARK(BM_EstimateOnePlan);
 
 // The matrix: every bundled model on 8 to 16,384 GPUs with the planner's defaults (dgx-h100,
 // ~4M tokens, bf16, top 10), one search per cell, wall time. A model too large for the smallest
-// counts is a cell whose search finds no plan; it is timed all the same.
-void BM_Matrix(benchmark::State& state, const std::string& model, int64_t gpus) {
+// counts is a cell whose search finds no plan; it is timed all the same. BM_MatrixEstimate: the
+// same cells pruned by the estimate with a margin (the search before the bound), for comparison.
+void BM_Matrix(benchmark::State& state, const std::string& model, int64_t gpus, SearchOptions::Pruning pruning) {
   const ModelSpec m = load_model(model).value();
   SearchOptions o;
+  o.pruning = pruning;
   o.gpus = gpus;
   o.seq_len = default_seq_len(m);
   o.global_batch = default_global_batch(o.seq_len, gpus);
-  int64_t simulated = 0;
+  int64_t simulated = 0, bounded = 0;
   for (auto _ : state) {
     Result<SearchResult> r = search(m, cluster(), o);
     simulated += r.ok() ? r->simulated : 0;
+    bounded += r.ok() ? r->bounded : 0;
   }
   state.counters["simulated"] = double(simulated) / double(state.iterations());
+  if (pruning == SearchOptions::Pruning::kBound) state.counters["bounded"] = double(bounded) / double(state.iterations());
 }
 
 const bool kMatrix = [] {
@@ -104,11 +125,13 @@ const bool kMatrix = [] {
                             "gpt3-175b", "llama2-13b", "llama2-70b", "llama2-7b", "llama3-70b", "llama3-8b",
                             "llama3.1-405b", "llama3.1-8b", "mistral-7b", "mixtral-8x7b", "qwen1.5-moe-a2.7b", "qwen2-7b"})
     for (int64_t gpus : {8, 64, 512, 4096, 16384})
-      benchmark::RegisterBenchmark(("BM_Matrix/" + std::string(model) + "/" + std::to_string(gpus)).c_str(), BM_Matrix,
-                                   std::string(model), gpus)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime()
-          ->Iterations(1);
+      for (const auto& [name, pruning] : {std::pair{"BM_Matrix/", SearchOptions::Pruning::kBound},
+                                          std::pair{"BM_MatrixEstimate/", SearchOptions::Pruning::kEstimate}})
+        benchmark::RegisterBenchmark((name + std::string(model) + "/" + std::to_string(gpus)).c_str(), BM_Matrix,
+                                     std::string(model), gpus, pruning)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime()
+            ->Iterations(1);
   return true;
 }();
 

@@ -56,6 +56,50 @@ void BM_Report1T16k(benchmark::State& state) {
 }
 BENCHMARK(BM_Report1T16k)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
+// The phases of one of the three short steps simulate_report runs for the 1F1B plan (PP + 2 = 66
+// micro-batches): the step program, lowering it to tasks (program included), the event engine,
+// and reading the measures off the timeline.
+Plan short_plan() {
+  Plan p = one_t_plan(1);
+  p.global_batch = 66 * p.dp;
+  return p;
+}
+
+void BM_PhaseProgram(benchmark::State& state) {
+  static const ModelSpec m = load_model("gpt-1t").value();
+  const Plan p = short_plan();
+  for (auto _ : state) benchmark::DoNotOptimize(build_step_program(m, p).stages.size());
+}
+BENCHMARK(BM_PhaseProgram)->Unit(benchmark::kMicrosecond);
+
+void BM_PhaseLowering(benchmark::State& state) {
+  static const ModelSpec m = load_model("gpt-1t").value();
+  static const ClusterSpec c = load_cluster("dgx-h100").value();
+  const Plan p = short_plan();
+  const OpCosts costs(m, c, p);
+  for (auto _ : state) benchmark::DoNotOptimize(lower_step(m, p, costs).graph.task_count());
+}
+BENCHMARK(BM_PhaseLowering)->Unit(benchmark::kMicrosecond);
+
+void BM_PhaseEngine(benchmark::State& state) {
+  static const ModelSpec m = load_model("gpt-1t").value();
+  static const ClusterSpec c = load_cluster("dgx-h100").value();
+  const Plan p = short_plan();
+  const OpCosts costs(m, c, p);
+  const LoweredStep step = lower_step(m, p, costs);
+  for (auto _ : state) benchmark::DoNotOptimize(run_tasks(step.graph)->makespan_s);
+  state.counters["tasks"] = double(step.graph.task_count());
+}
+BENCHMARK(BM_PhaseEngine)->Unit(benchmark::kMicrosecond);
+
+void BM_PhaseMeasures(benchmark::State& state) {
+  static const ModelSpec m = load_model("gpt-1t").value();
+  static const ClusterSpec c = load_cluster("dgx-h100").value();
+  const Simulation sim = simulate_step(m, c, short_plan()).value();
+  for (auto _ : state) benchmark::DoNotOptimize(measures_of(sim).makespan_s);
+}
+BENCHMARK(BM_PhaseMeasures)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace parallax
 

@@ -60,6 +60,21 @@ void JsonFields::reject_unknown_keys(std::initializer_list<const char*> also_kno
     if (!known_.count(key)) return fail(key, "is not a key of this section (misspelt?)");
 }
 
+std::string JsonFields::first_unread_set(std::initializer_list<const char*> keys) const {
+  for (const char* key : keys) {
+    auto it = object_.find(key);
+    if (it == object_.end() || known_.count(key)) continue;
+    const nlohmann::json& v = *it;
+    const bool set = v.is_boolean() ? v.get<bool>()
+                     : v.is_number() ? v.get<double>() != 0.0
+                     : v.is_string()                  ? !v.get<std::string>().empty()
+                     : v.is_array() || v.is_object()  ? !v.empty()
+                                                      : false;
+    if (set) return key;
+  }
+  return "";
+}
+
 void JsonFields::fail(const std::string& key, const std::string& problem) {
   if (!error_.empty()) return;
   error_ = where_ + ": key '" + key + "': " + problem;

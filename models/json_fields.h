@@ -49,6 +49,12 @@ class JsonFields {
   // Records a problem found by the caller (e.g. a cross-field constraint).
   void fail(const std::string& key, const std::string& problem);
 
+  // Of `keys`, the first present with a value that switches something on (true, a non-zero
+  // number, a non-empty string, array or object) that no reader has asked for; "" if none. The
+  // model reader refuses such a key rather than pricing the model without it.
+  std::string first_unread_set(std::initializer_list<const char*> keys) const;
+
+  const nlohmann::json& object() const { return object_; }
   bool ok() const { return error_.empty(); }
   const std::string& error() const { return error_; }
   const std::string& where() const { return where_; }

@@ -11,10 +11,10 @@ int64_t mlp_width(const ModelSpec& m) { return m.mlp == Mlp::kSwiGlu ? 2 * m.ffn
 int64_t mlp_matmuls(const ModelSpec& m) { return m.mlp == Mlp::kSwiGlu ? 3 : 2; }
 int64_t norm_params(const ModelSpec& m) { return !m.norm_affine ? 0 : m.norm_bias ? 2 * m.hidden : m.hidden; }
 
-// Sums f(layer spec) over the model's layers: its leading dense layers, then the rest.
+// Sums f(layer spec) over the model's layers: its dense layers (leading or interleaved), then the rest.
 template <typename F>
 double over_layers(const ModelSpec& m, F f) {
-  const int64_t dense = m.dense_layers;
+  const int64_t dense = m.dense_layer_count();
   return (dense > 0 ? d(dense) * f(dense_layer_model(m)) : 0.0) + d(m.layers - dense) * f(m);
 }
 
@@ -49,11 +49,13 @@ LayerParams layer_params(const ModelSpec& m) {
   } else {
     p.tp_sharded += mlp_matmuls(m) * h * f;
   }
-  if (m.linear_bias) {
-    p.tp_sharded += m.q_dim() + m.kv_dim() + m.v_dim() + f;  // column-parallel biases (QKV, FC1)
-    p.replicated += 2 * h;                                   // row-parallel biases (O, FC2)
-  } else if (m.qkv_bias) {
-    p.tp_sharded += m.q_dim() + m.kv_dim() + m.v_dim();
+  // Column-parallel biases (Q, K, V; FC1, or gate and up) are split by TP, row-parallel ones (O,
+  // FC2) are added after the reduction and replicated.
+  if (m.has_qkv_bias()) p.tp_sharded += m.q_dim() + m.kv_dim() + m.v_dim();
+  if (m.has_o_bias()) p.replicated += h;
+  if (m.has_mlp_bias()) {
+    p.tp_sharded += mlp_width(m);
+    p.replicated += h;
   }
   p.replicated += m.norms_per_layer * norm_params(m) + m.qk_norm_params;
   return p;
@@ -64,13 +66,14 @@ EdgeParams edge_params(const ModelSpec& m) {
   e.token_embedding = m.vocab * m.hidden;
   if (m.positions == Positions::kLearned) e.position_embedding = m.max_positions * m.hidden;
   if (!m.tied_embeddings) e.output_head = m.vocab * m.hidden;
+  if (m.lm_head_bias) e.output_head += m.vocab;  // vocab-parallel like the head's weights
   e.final_norm = norm_params(m);
   return e;
 }
 
 int64_t total_params(const ModelSpec& m) {
   const EdgeParams e = edge_params(m);
-  const int64_t dense = m.dense_layers;
+  const int64_t dense = m.dense_layer_count();
   const int64_t layers = dense * layer_params(dense_layer_model(m)).total() + (m.layers - dense) * layer_params(m).total();
   return layers + e.token_embedding + e.position_embedding + e.output_head + e.final_norm;
 }
@@ -120,16 +123,30 @@ int64_t ops_recomputed_matmul_weights(const ModelSpec& m) {
   return m.hidden * m.kv_dim() + m.q_dim() * m.hidden + up;
 }
 
+double attention_executed_fraction(int64_t seq_len, AttentionKernel kernel) {
+  if (kernel == AttentionKernel::kMaterialized) return 1.0;
+  constexpr int64_t kTile = 128;
+  const double n = d((seq_len + kTile - 1) / kTile);
+  return (n + 1.0) / (2.0 * n);
+}
+
 double hardware_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch,
-                               Recompute recompute, SelectiveRecompute selective) {
-  const double extra_per_token = over_layers(m, [&](const ModelSpec& l) {
-    if (recompute == Recompute::kFull) return layer_flops_per_token(l, seq_len).forward;
+                               Recompute recompute, SelectiveRecompute selective, AttentionKernel kernel) {
+  const bool flash = kernel == AttentionKernel::kFlash;
+  const double share = attention_executed_fraction(seq_len, kernel);
+  const double per_token = over_layers(m, [&](const ModelSpec& l) {
+    const PassFlops p = layer_flops_per_token(l, seq_len);
+    const double core = attention_core_flops_per_token(l, seq_len);  // forward, full square
+    // Model FLOPs count the core 3 times over the whole square (forward, and 2 x in the backward).
+    const double run_core = share * core * (flash ? 3.5 : 3.0);
+    double layer = p.forward + p.backward() - 3.0 * core + run_core;
+    if (recompute == Recompute::kFull) layer += p.forward - core + share * core;
     if (recompute == Recompute::kSelective)
-      return selective == SelectiveRecompute::kOps ? 2.0 * d(ops_recomputed_matmul_weights(l))
-                                                   : attention_core_flops_per_token(l, seq_len);
-    return 0.0;
+      layer += selective == SelectiveRecompute::kOps ? 2.0 * d(ops_recomputed_matmul_weights(l)) : share * core;
+    return layer;
   });
-  return model_flops_per_step(m, seq_len, global_batch) + extra_per_token * d(seq_len) * d(global_batch);
+  const PassFlops logits = logits_flops_per_token(m);
+  return (per_token + logits.forward + logits.backward()) * d(seq_len) * d(global_batch);
 }
 
 std::vector<Gemm> layer_gemms(const ModelSpec& m, int64_t seq_len, int64_t micro_batch, int64_t tp) {

@@ -3,9 +3,10 @@
 // bytes a layer keeps for its backward pass under each recompute / TP / sequence-parallel mode.
 // These are the records the memory model, the analytical step model and the simulator consume.
 //
-// Conventions (DESIGN.md): FLOPs count a multiply-add as 2; attention counts the full s x s square
-// (QK^T and AV: 4*s*q_dim per token) even though the mask makes half of it dead work; backward =
-// 2 x forward, split into input-gradient (B) and weight-gradient (W) passes. Activations are 16-bit
+// Conventions (DESIGN.md): FLOPs count a multiply-add as 2; model FLOPs count the full s x s
+// attention square (QK^T and AV: 4*s*q_dim per token) even though the mask makes half of it dead
+// work (kModelFlopsConvention; hardware_flops_per_step counts what a causal kernel executes);
+// backward = 2 x forward, split into input-gradient (B) and weight-gradient (W) passes. Activations are 16-bit
 // (2 bytes), dropout masks 1 byte, following Korthikanti et al. 2022.
 #pragma once
 
@@ -73,14 +74,31 @@ double attention_core_flops_per_token(const ModelSpec& m, int64_t seq_len);
 // Output layer, per token: forward 2*h*V, backward twice that.
 PassFlops logits_flops_per_token(const ModelSpec& m);
 
+// The convention of model FLOPs, and so of MFU: PaLM's (Chowdhery et al. 2022, appendix B), which
+// torchtitan and Narayanan et al. 2021 follow — 6 FLOPs per matmul weight and token (the logits
+// included, the embedding lookup not) plus 12 L H Q s for attention over the whole s x s square:
+// the masked half of causal attention is counted and recomputation is not. (Megatron-LM's current
+// num_floating_point_operations halves the square for the causal mask; its MFU at 131k tokens is
+// about half of this one.) Reports name it beside MFU.
+inline constexpr const char* kModelFlopsConvention = "palm: 6N + 12LHQs, full s x s attention, no recompute";
+
 // Model FLOPs of one step (no recompute): 3 x forward over all layers and the logits.
 double model_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch);
-// Hardware FLOPs: model FLOPs plus what recomputation re-executes (one forward of every layer for
-// full recompute; for selective the attention core's forward, or with the op-level policy the
-// recomputed matmuls).
+// The share of the s x s attention square the kernel computes. Materialized attention multiplies
+// the whole square and masks the scores; a causal flash kernel skips the tiles above the diagonal
+// and computes the diagonal ones whole: n (n + 1) / 2 of n^2 tiles, n = s / 128 (FlashAttention-2/3
+// work in 128-row tiles), 1/2 + 64/s.
+double attention_executed_fraction(int64_t seq_len, AttentionKernel kernel);
+// Hardware FLOPs: what the kernels execute. Matmuls as model FLOPs; the attention core as
+// attention_executed_fraction of the square, and a flash kernel's backward 2.5 x its forward (it
+// recomputes Q K^T; the FlashAttention benchmarks' convention); plus what activation recompute
+// re-runs (one forward of every layer for full recompute; for selective the attention core's
+// forward, or with the op-level policy the recomputed matmuls). Materialized attention (the
+// default) executes the full square, so without recompute hardware FLOPs equal model FLOPs.
 double hardware_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch,
                                Recompute recompute,
-                               SelectiveRecompute selective = SelectiveRecompute::kAttentionCore);
+                               SelectiveRecompute selective = SelectiveRecompute::kAttentionCore,
+                               AttentionKernel kernel = AttentionKernel::kMaterialized);
 // Weights of the matmuls the op-level policy re-runs, per layer: every second matmul in call order
 // (Q, K, V, O, then gate, up, down or FC1, FC2) is recomputed up to the last one whose output the
 // backward needs: K and O, and up for a gated MLP.

@@ -5,242 +5,20 @@
 #include <filesystem>
 #include <vector>
 
+#include "models/hf_readers.h"
 #include "models/json_fields.h"
 
 namespace parallax {
 
-namespace {
-
+namespace hf {
 bool any_dropout(JsonFields& f, std::initializer_list<const char*> keys) {
-  for (const char* key : keys) {
-    if (f.optional_number(key, /*allow_zero=*/true).value_or(0.0) > 0.0) return true;
-  }
-  return false;
+  bool any = false;  // every key is read (validated, and known to the unread-key check)
+  for (const char* key : keys) any = f.optional_number(key, /*allow_zero=*/true).value_or(0.0) > 0.0 || any;
+  return any;
 }
+}  // namespace hf
 
-// GPT2Config: learned positions, LayerNorm, GELU, biases everywhere, tied embeddings.
-void read_gpt2(JsonFields& f, ModelSpec& m) {
-  m.norm = Norm::kLayerNorm;
-  m.norm_bias = true;
-  m.hidden_act = "gelu_new";
-  m.mlp = Mlp::kGelu;
-  m.positions = Positions::kLearned;
-  m.hidden = f.required_int("n_embd");
-  m.layers = f.required_int("n_layer");
-  m.heads = f.required_int("n_head");
-  m.kv_heads = m.heads;
-  m.vocab = f.required_int("vocab_size");
-  m.max_positions = f.required_int("n_positions");
-  // GPT2Config documents n_inner = null as 4 * n_embd.
-  m.ffn_hidden = f.optional_int("n_inner").value_or(4 * m.hidden);
-  m.tied_embeddings = f.optional_bool("tie_word_embeddings", true);
-  m.linear_bias = true;
-  m.norm_eps = f.optional_number("layer_norm_epsilon").value_or(1e-5);  // GPT2Config's default
-  // GPT2Config's defaults for the three dropouts are 0.1.
-  m.dropout = !f.has("resid_pdrop") && !f.has("attn_pdrop") && !f.has("embd_pdrop")
-                  ? true
-                  : any_dropout(f, {"resid_pdrop", "attn_pdrop", "embd_pdrop"});
-  if (f.ok() && m.hidden % m.heads != 0) f.fail("n_embd", "must be a multiple of n_head");
-  if (f.ok()) m.head_dim = m.hidden / m.heads;
-}
-
-// The keys every Llama-style config (and GPT-NeoX's) names its shape with. Hugging Face:
-// num_key_value_heads = null means multi-head attention (k = a).
-void read_shape(JsonFields& f, ModelSpec& m) {
-  m.hidden = f.required_int("hidden_size");
-  m.ffn_hidden = f.required_int("intermediate_size");
-  m.layers = f.required_int("num_hidden_layers");
-  m.heads = f.required_int("num_attention_heads");
-  m.kv_heads = f.optional_int("num_key_value_heads").value_or(m.heads);
-  m.vocab = f.required_int("vocab_size");
-  m.max_positions = f.required_int("max_position_embeddings");
-}
-
-// head_dim as given, else hidden_size / num_attention_heads (both Llama's and Nemotron's rule).
-void read_head_dim(JsonFields& f, ModelSpec& m) {
-  if (f.has("head_dim")) {
-    m.head_dim = f.required_int("head_dim");
-  } else if (f.ok()) {
-    if (m.hidden % m.heads != 0) f.fail("hidden_size", "must be a multiple of num_attention_heads");
-    m.head_dim = m.hidden / std::max<int64_t>(m.heads, 1);
-  }
-}
-
-// LlamaConfig and its relatives (Mistral, Mixtral, Qwen2): RMSNorm, SwiGLU, rotary positions.
-void read_llama_family(JsonFields& f, ModelSpec& m) {
-  m.norm = Norm::kRmsNorm;
-  m.mlp = Mlp::kSwiGlu;
-  m.positions = Positions::kRotary;
-  read_shape(f, m);
-  m.tied_embeddings = f.optional_bool("tie_word_embeddings", false);
-  m.qkv_bias = m.model_type == "qwen2" || f.optional_bool("attention_bias", false);
-  m.dropout = any_dropout(f, {"attention_dropout", "hidden_dropout"});
-  m.rope_theta = f.optional_number("rope_theta").value_or(10000.0);
-  m.norm_eps = f.optional_number("rms_norm_eps").value_or(1e-6);  // LlamaConfig's default
-  if (m.model_type == "mixtral") {
-    m.experts = f.required_int("num_local_experts");
-    m.experts_per_token = f.required_int("num_experts_per_tok");
-    if (f.ok() && m.experts_per_token > m.experts)
-      f.fail("num_experts_per_tok", "exceeds num_local_experts");
-  }
-  if (f.ok() && m.heads % m.kv_heads != 0)
-    f.fail("num_key_value_heads", "must divide num_attention_heads");
-  read_head_dim(f, m);
-}
-
-// The routed experts of Qwen2MoeConfig and Qwen3MoeConfig: num_experts of moe_intermediate_size,
-// top num_experts_per_tok. Only every layer sparse is modelled (decoder_sparse_step 1, no
-// mlp_only_layers).
-void read_qwen_experts(JsonFields& f, const nlohmann::json& config, ModelSpec& m) {
-  m.experts = f.required_int("num_experts");
-  m.experts_per_token = f.required_int("num_experts_per_tok");
-  m.ffn_hidden = f.required_int("moe_intermediate_size");
-  if (f.optional_int("decoder_sparse_step").value_or(1) != 1) f.fail("decoder_sparse_step", "only 1 (every layer MoE) is supported");
-  auto only = config.find("mlp_only_layers");
-  if (f.ok() && only != config.end() && only->is_array() && !only->empty())
-    f.fail("mlp_only_layers", "dense layers among MoE ones are not supported");
-  if (f.ok() && m.experts_per_token > m.experts) f.fail("num_experts_per_tok", "exceeds num_experts");
-}
-
-// Qwen2MoeConfig (Qwen1.5/Qwen2-MoE): Qwen2's attention (biases on Q, K, V), routed experts, and
-// one shared expert of shared_expert_intermediate_size behind a sigmoid gate.
-void read_qwen2_moe(JsonFields& f, const nlohmann::json& config, ModelSpec& m) {
-  read_llama_family(f, m);
-  m.qkv_bias = true;
-  read_qwen_experts(f, config, m);
-  m.shared_ffn_hidden = f.optional_int("shared_expert_intermediate_size", 0).value_or(0);
-  m.shared_expert_gate = m.shared_ffn_hidden > 0;
-}
-
-// DeepseekV2Config / DeepseekV3Config: multi-head latent attention, n_routed_experts of
-// moe_intermediate_size with n_shared_experts always on, the first first_k_dense_replace layers
-// dense (intermediate_size). Defaults are DeepseekV2Config's.
-void read_deepseek(JsonFields& f, ModelSpec& m) {
-  read_llama_family(f, m);
-  m.kv_heads = m.heads;  // MLA: every head has its own K and V, up-projected from the latent
-  m.dense_ffn_hidden = m.ffn_hidden;
-  m.experts = f.required_int("n_routed_experts");
-  m.experts_per_token = f.required_int("num_experts_per_tok");
-  m.ffn_hidden = f.required_int("moe_intermediate_size");
-  const int64_t shared = f.optional_int("n_shared_experts", 0).value_or(0);
-  if (f.ok() && shared > 1024) f.fail("n_shared_experts", "is " + std::to_string(shared) + ", above the supported 1024");
-  if (f.ok()) m.shared_ffn_hidden = shared * m.ffn_hidden;
-  m.dense_layers = f.optional_int("first_k_dense_replace", 0).value_or(0);
-  if (f.optional_int("moe_layer_freq").value_or(1) != 1) f.fail("moe_layer_freq", "only 1 (every layer after the dense ones MoE) is supported");
-  if (f.ok() && m.dense_layers >= m.layers) f.fail("first_k_dense_replace", "leaves no MoE layer");
-  m.q_lora_rank = f.optional_int("q_lora_rank").value_or(0);  // null: Q straight from h (V2-Lite)
-  m.kv_lora_rank = f.optional_int("kv_lora_rank").value_or(512);
-  m.qk_rope_dim = f.optional_int("qk_rope_head_dim").value_or(64);
-  const int64_t nope = f.optional_int("qk_nope_head_dim").value_or(128);
-  for (const auto& [key, value] : {std::pair{"qk_rope_head_dim", m.qk_rope_dim}, {"qk_nope_head_dim", nope}})
-    if (f.ok() && value > (int64_t{1} << 24)) f.fail(key, "is " + std::to_string(value) + ", above the supported 2^24");
-  if (f.ok()) m.head_dim = nope + m.qk_rope_dim;
-  m.v_head_dim = f.optional_int("v_head_dim").value_or(128);
-  m.rotary_dims = m.qk_rope_dim;
-  m.router_bias = f.optional_string("topk_method").value_or(m.model_type == "deepseek_v3" ? "noaux_tc" : "greedy") == "noaux_tc";
-  if (f.ok() && m.experts_per_token > m.experts) f.fail("num_experts_per_tok", "exceeds n_routed_experts");
-}
-
-// NemotronConfig (Nemotron-4): LayerNorm1p (LayerNorm whose weight is stored as w - 1), a
-// squared-ReLU MLP without a gate, rotary positions on partial_rotary_factor of each head, GQA, no
-// linear biases by default. Defaults are NemotronConfig's.
-void read_nemotron(JsonFields& f, ModelSpec& m) {
-  m.norm = Norm::kLayerNorm;
-  m.norm_bias = true;
-  m.hidden_act = "relu2";
-  m.mlp = Mlp::kSquaredRelu;
-  m.positions = Positions::kRotary;
-  read_shape(f, m);
-  m.tied_embeddings = f.optional_bool("tie_word_embeddings", false);
-  m.rope_theta = f.optional_number("rope_theta").value_or(10000.0);
-  m.norm_eps = f.optional_number("norm_eps").value_or(1e-5);
-  m.dropout = any_dropout(f, {"attention_dropout"});
-  const std::string act = f.optional_string("hidden_act").value_or("relu2");
-  if (act != "relu2") f.fail("hidden_act", "'" + act + "' is not supported for nemotron (only relu2)");
-  const bool attention_bias = f.optional_bool("attention_bias", false), mlp_bias = f.optional_bool("mlp_bias", false);
-  if (attention_bias != mlp_bias) f.fail("mlp_bias", "must equal attention_bias (biases on some linears only are not modelled)");
-  m.linear_bias = attention_bias;
-  if (f.ok() && m.heads % m.kv_heads != 0) f.fail("num_key_value_heads", "must divide num_attention_heads");
-  read_head_dim(f, m);
-  const double fraction = f.optional_number("partial_rotary_factor").value_or(0.5);
-  if (f.ok() && (fraction > 1.0 || static_cast<int64_t>(m.head_dim * fraction) < 2))
-    f.fail("partial_rotary_factor", "must leave at least 2 and at most head_dim rotary dimensions");
-  m.rotary_dims = static_cast<int64_t>(static_cast<double>(m.head_dim) * fraction) / 2 * 2;
-}
-
-// Decoder-only relatives of Llama and GPT-NeoX: the same keys (hidden_size, intermediate_size,
-// num_hidden_layers, num_attention_heads, num_key_value_heads, vocab_size,
-// max_position_embeddings, head_dim), each type's defaults and the details that change
-// parameters, FLOPs or memory. Defaults are those of each type's Hugging Face config class.
-struct Family {
-  const char* type;
-  Norm norm;
-  bool norm_bias, norm_affine;
-  int norms_per_layer;
-  bool gated;              // gate + up (SwiGLU / GeGLU) rather than one FC1
-  const char* act;         // hidden_act default
-  bool tied;               // tie_word_embeddings default
-  double rotary;           // partial rotary default (1 = all of each head)
-  int qk_norm;             // 0 none, 1 per head (2 head_dim), 2 over the projections (q_dim + kv_dim)
-  bool parallel;           // attention and MLP in parallel
-  bool bias;               // every linear has a bias by default
-};
-constexpr Family kFamilies[] = {
-    {"qwen3", Norm::kRmsNorm, false, true, 2, true, "silu", false, 1.0, 1, false, false},
-    {"olmo2", Norm::kRmsNorm, false, true, 2, true, "silu", false, 1.0, 2, false, false},
-    {"olmo", Norm::kLayerNorm, false, false, 2, true, "silu", false, 1.0, 0, false, false},
-    {"gemma", Norm::kRmsNorm, false, true, 2, true, "gelu_pytorch_tanh", true, 1.0, 0, false, false},
-    {"gemma2", Norm::kRmsNorm, false, true, 4, true, "gelu_pytorch_tanh", true, 1.0, 0, false, false},
-    {"gemma3_text", Norm::kRmsNorm, false, true, 4, true, "gelu_pytorch_tanh", true, 1.0, 1, false, false},
-    {"phi3", Norm::kRmsNorm, false, true, 2, true, "silu", false, 1.0, 0, false, false},
-    {"internlm2", Norm::kRmsNorm, false, true, 2, true, "silu", false, 1.0, 0, false, false},
-    {"granite", Norm::kRmsNorm, false, true, 2, true, "silu", false, 1.0, 0, false, false},
-    {"minicpm", Norm::kRmsNorm, false, true, 2, true, "silu", true, 1.0, 0, false, false},
-    {"cohere", Norm::kLayerNorm, false, true, 1, true, "silu", true, 1.0, 0, true, false},
-    {"stablelm", Norm::kLayerNorm, true, true, 2, true, "silu", false, 0.25, 0, false, false},
-    {"gpt_neox", Norm::kLayerNorm, true, true, 2, false, "gelu", false, 0.25, 0, true, true},
-    {"starcoder2", Norm::kLayerNorm, true, true, 2, false, "gelu_pytorch_tanh", true, 1.0, 0, false, true},
-};
-
-const Family* find_family(const std::string& type) {
-  for (const Family& f : kFamilies)
-    if (type == f.type) return &f;
-  return nullptr;
-}
-
-void read_family(JsonFields& f, ModelSpec& m, const Family& fam) {
-  m.norm = fam.norm;
-  m.norm_bias = fam.norm_bias;
-  m.norm_affine = fam.norm_affine;
-  m.norms_per_layer = fam.norms_per_layer;
-  m.mlp = fam.gated ? Mlp::kSwiGlu : Mlp::kGelu;  // a gated MLP has SwiGLU's shape whatever its activation
-  m.parallel_block = f.optional_bool("use_parallel_residual", fam.parallel);
-  m.positions = Positions::kRotary;
-  read_shape(f, m);
-  m.tied_embeddings = f.optional_bool("tie_word_embeddings", fam.tied);
-  m.rope_theta = f.optional_number("rope_theta").value_or(10000.0);
-  m.norm_eps = f.optional_number(f.has("rms_norm_eps") ? "rms_norm_eps" : f.has("layer_norm_eps") ? "layer_norm_eps" : "norm_epsilon")
-                   .value_or(1e-5);
-  m.hidden_act = f.optional_string(f.has("hidden_activation") ? "hidden_activation" : "hidden_act").value_or(fam.act);
-  const bool bias = f.optional_bool("use_bias", f.optional_bool("bias", fam.bias));
-  m.linear_bias = f.optional_bool("attention_bias", bias) && bias;
-  m.qkv_bias = f.optional_bool("use_qkv_bias", false) || (f.optional_bool("attention_bias", false) && !m.linear_bias);
-  m.dropout = any_dropout(f, {"attention_dropout", "hidden_dropout"});
-  if (f.ok() && m.heads % m.kv_heads != 0) f.fail("num_key_value_heads", "must divide num_attention_heads");
-  read_head_dim(f, m);
-  const double rotary = f.optional_number(f.has("rotary_pct") ? "rotary_pct" : "partial_rotary_factor").value_or(fam.rotary);
-  if (f.ok() && (rotary > 1.0 || static_cast<int64_t>(static_cast<double>(m.head_dim) * rotary) < 2))
-    f.fail("partial_rotary_factor", "must leave at least 2 and at most head_dim rotary dimensions");
-  m.rotary_dims = static_cast<int64_t>(static_cast<double>(m.head_dim) * rotary) / 2 * 2;
-  const int qk = fam.qk_norm ? fam.qk_norm : (f.optional_bool("use_qk_norm", false) || f.optional_bool("qk_layernorm", false) ? 1 : 0);
-  m.qk_norm_params = qk == 1 ? 2 * m.head_dim * (m.norm_bias ? 2 : 1) : qk == 2 ? m.q_dim() + m.kv_dim() : 0;
-  // Named, not priced: each is small beside the GEMMs or changes no FLOP count Parallax uses.
-  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping", "logit_scale", "embedding_multiplier",
-                          "scale_emb", "clip_qkv"})
-    if (f.has(key)) m.unpriced.push_back(key);
-  if (m.parallel_block) m.unpriced.push_back("parallel attention and MLP (priced as sequential, two TP reductions)");
-  if (f.has("sliding_window")) m.unpriced.push_back("sliding_window (priced as full attention)");
-}
+namespace {
 
 std::string infer_model_type(JsonFields& f, const nlohmann::json& config) {
   if (auto type = f.optional_string("model_type")) return *type;
@@ -282,50 +60,165 @@ void check_sizes(JsonFields& f, const ModelSpec& m) {
   if (params > 1e15) f.fail("model", "has about " + std::to_string(params) + " parameters, above the supported 10^15");
 }
 
+// Keys that change parameters, FLOPs or memory in some family. A reader that does not read one
+// for its type would price the model as if it were absent (minicpm's num_experts once made an
+// 8-expert 13.9B model a dense 2.7B one), so one that is set and unread is refused by name.
+constexpr std::initializer_list<const char*> kShapeKeys = {
+    "num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok",
+    "moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size", "first_k_dense_replace",
+    "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers", "interleave_moe_layer_step", "moe_layers",
+    "intermediate_size_mlp", "attention_chunk_size", "q_lora_rank", "kv_lora_rank",
+    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "num_nextn_predict_layers",
+    "attention_bias", "mlp_bias", "lm_head_bias", "bias", "use_bias", "use_qkv_bias", "no_bias",
+    "add_qkv_bias", "add_bias_linear", "qk_layernorm", "use_qk_norm", "head_dim", "kv_channels",
+    "num_key_value_heads", "multi_query", "n_head_kv", "multi_query_group_num", "intermediate_size",
+    "ffn_hidden_size", "n_inner", "partial_rotary_factor", "rotary_pct", "rotary_dim", "sliding_window",
+    "use_parallel_residual", "parallel_attn", "new_decoder_architecture", "alibi", "pre_seq_len",
+    "text_config", "vision_config", "img_processor", "attention_dropout", "hidden_dropout", "resid_pdrop",
+    "attn_pdrop", "embd_pdrop", "residual_dropout", "embedding_dropout"};
+
+// Types that are not decoder-only transformers, refused with what they are.
+std::string not_a_decoder(const std::string& type) {
+  if (type == "bert" || type == "roberta" || type == "t5" || type == "nomic_bert") return "an encoder (or encoder-decoder) model";
+  if (type.rfind("rwkv", 0) == 0 || type == "mamba" || type == "mamba2") return "a recurrent model, not attention layers";
+  return "";
+}
+
+// Dispatches on model_type; the readers record the first problem in `f`.
+void read_by_type(JsonFields& f, ModelSpec& m) {
+  if (hf::read_moe_style(f, m) || hf::read_gpt_style(f, m) || hf::read_llama_style(f, m)) return;
+  if (std::string what = not_a_decoder(m.model_type); !what.empty())
+    return f.fail("model_type", "'" + m.model_type + "' is " + what + "; Parallax plans decoder-only transformers");
+  f.fail("model_type", "unsupported '" + m.model_type + "' (supported: gpt2, gpt_bigcode, gptj, phi-msft, " +
+                           hf::moe_style_types() + ", " + hf::llama_style_types() +
+                           "; multimodal configs through their text_config)");
+}
+
+// LlamaConfig's defaults, which a multimodal config's text_config may lean on (LLaVA-1.5 names
+// only what differs from Llama-2-7B).
+nlohmann::json with_llama_defaults(const nlohmann::json& text) {
+  nlohmann::json c = {{"hidden_size", 4096}, {"intermediate_size", 11008}, {"num_hidden_layers", 32},
+                      {"num_attention_heads", 32}, {"vocab_size", 32000}, {"max_position_embeddings", 2048}};
+  for (const auto& [key, value] : text.items()) c[key] = value;
+  return c;
+}
+
+// A vision-language config (LLaVA, Mistral 3 / Ministral 3, Gemma 3): its language model is
+// text_config, whose model_type defaults to the outer type's (LLaVA: llama). The vision encoder
+// and projector are named as not priced.
+Result<ModelSpec> read_multimodal(JsonFields& f, const std::string& where) {
+  const nlohmann::json& text = f.required_object("text_config");
+  std::string type = text.value("model_type", "");
+  const std::string outer = f.optional_string("model_type").value_or("");
+  if (type.empty() && outer.rfind("llava", 0) == 0) type = "llama";
+  if (type.empty() && (outer == "mistral3" || outer == "ministral3")) type = "mistral";
+  if (f.ok() && type.empty()) f.fail("text_config", "has no model_type (the language model's type)");
+  if (!f.ok()) return Error{f.error()};
+  nlohmann::json inner = type == "llama" ? with_llama_defaults(text) : text;
+  inner["model_type"] = type;
+  Result<ModelSpec> m = model_from_hf_config(inner, where + ": text_config");
+  if (!m.ok()) return m;
+  if (f.has("vision_config")) m->unpriced.push_back("vision_config (" + outer + "'s vision encoder and projector; its language model alone is priced)");
+  if (std::string key = f.first_unread_set(kShapeKeys); !key.empty())
+    return Error{where + ": key '" + key + "': changes parameters, FLOPs or memory and is not read for '" + outer + "'"};
+  return m;
+}
+
+// ModelSpec::Recipe: the router, rotary scaling and MTP depth, for the exporters. Absent keys take
+// the Hugging Face config classes' defaults (MixtralConfig, Qwen2MoeConfig and Qwen3MoeConfig:
+// router_aux_loss_coef 0.001, Qwen norm_topk_prob false; DeepseekV2Config: aux_loss_alpha 0.001,
+// seq_aux, softmax, norm_topk_prob false; DeepseekV3Config: sigmoid, norm_topk_prob,
+// routed_scaling_factor 2.5, n_group 8, topk_group 4).
+void read_training_recipe(JsonFields& f, ModelSpec& m) {
+  ModelSpec::Recipe& r = m.recipe;
+  const std::string& type = m.model_type;
+  const bool v3 = type == "deepseek_v3", deepseek = type.rfind("deepseek", 0) == 0, qwen = type.rfind("qwen", 0) == 0;
+  // Llama 4 (Llama4Router): a sigmoid of the top-k logits, not renormalised; aux loss 0.001.
+  const bool llama4 = type == "llama4_text";
+  if (m.is_moe()) {
+    r.router_score = f.optional_string("scoring_func").value_or(v3 || llama4 ? "sigmoid" : "softmax");
+    if (f.ok() && r.router_score != "softmax" && r.router_score != "sigmoid")
+      f.fail("scoring_func", "'" + r.router_score + "' is not softmax or sigmoid");
+    r.router_norm_topk = f.optional_bool("norm_topk_prob", v3 || !(deepseek || qwen || llama4));
+    r.router_scaling = f.optional_number("routed_scaling_factor").value_or(v3 ? 2.5 : 1.0);
+    const std::string method = f.optional_string("topk_method").value_or(v3 ? "noaux_tc" : "greedy");
+    if (method == "noaux_tc" || method == "group_limited_greedy") {
+      r.router_groups = f.optional_int("n_group").value_or(v3 ? 8 : 1);
+      r.router_group_topk = f.optional_int("topk_group").value_or(v3 ? 4 : 1);
+    }
+    const bool deepseek_aux = deepseek && !v3;
+    r.aux_loss_coef = f.optional_number(f.has("aux_loss_alpha") ? "aux_loss_alpha" : "router_aux_loss_coef", true)
+                          .value_or(deepseek_aux || type == "mixtral" || qwen || llama4 ? 0.001 : 0.0);
+    r.seq_aux_loss = deepseek && f.optional_bool("seq_aux", true);
+  }
+  r.mtp_layers = f.optional_int("num_nextn_predict_layers", 0).value_or(0);
+  const auto scaling = f.object().find("rope_scaling");
+  if (f.ok() && scaling != f.object().end() && scaling->is_object()) {
+    JsonFields s(*scaling, f.where() + ": rope_scaling");
+    r.rope_scaling = s.optional_string(s.has("rope_type") ? "rope_type" : "type").value_or("");
+    r.rope_factor = s.optional_number("factor").value_or(1.0);
+    r.rope_low_freq = s.optional_number("low_freq_factor").value_or(1.0);
+    r.rope_high_freq = s.optional_number("high_freq_factor").value_or(4.0);
+    r.rope_original_positions = s.optional_int("original_max_position_embeddings").value_or(0);
+    r.rope_beta_fast = s.optional_number("beta_fast").value_or(32.0);
+    r.rope_beta_slow = s.optional_number("beta_slow").value_or(1.0);
+    r.rope_mscale = s.optional_number("mscale").value_or(1.0);
+    r.rope_mscale_all_dim = s.optional_number("mscale_all_dim", true).value_or(0.0);
+    if (!s.ok()) f.fail("rope_scaling", s.error());
+  }
+}
+
 }  // namespace
 
 Result<ModelSpec> model_from_hf_config(const nlohmann::json& config, const std::string& where) {
   JsonFields f(config, where);
+  if (f.has("text_config")) return read_multimodal(f, where);
   ModelSpec m;
   m.model_type = infer_model_type(f, config);
   if (!f.ok()) return Error{f.error()};
-  if (m.model_type == "gpt2") {
-    read_gpt2(f, m);
-  } else if (m.model_type == "llama" || m.model_type == "mistral" || m.model_type == "mixtral" ||
-             m.model_type == "qwen2") {
-    read_llama_family(f, m);
-  } else if (m.model_type == "nemotron") {
-    read_nemotron(f, m);
-  } else if (m.model_type == "qwen2_moe") {
-    read_qwen2_moe(f, config, m);
-  } else if (m.model_type == "qwen3_moe") {  // Qwen3's attention (per-head q/k norms), no shared expert
-    read_family(f, m, *find_family("qwen3"));
-    read_qwen_experts(f, config, m);
-  } else if (m.model_type == "deepseek_v2" || m.model_type == "deepseek_v3") {
-    read_deepseek(f, m);
-  } else if (const Family* family = find_family(m.model_type)) {
-    read_family(f, m, *family);
-  } else {
-    std::string known = "gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, nemotron";
-    for (const Family& fam : kFamilies) known += std::string(", ") + fam.type;
-    f.fail("model_type", "unsupported '" + m.model_type + "' (supported: " + known + ")");
-  }
+  read_by_type(f, m);
+  if (f.ok()) read_training_recipe(f, m);
+  // Phi-3-vision keeps Phi-3's language model at the top level beside its image encoder.
+  for (const char* key : {"img_processor", "embd_layer"})
+    if (m.model_type == "phi3_v" && f.has(key)) m.unpriced.push_back(std::string(key) + " (the vision encoder; the language model alone is priced)");
   if (f.ok() && m.positions == Positions::kRotary && m.rotary_dims == 0) m.rotary_dims = m.head_dim;
   if (m.v_head_dim == 0) m.v_head_dim = m.head_dim;
   if (f.ok()) check_sizes(f, m);
+  if (f.ok()) {
+    if (std::string key = f.first_unread_set(kShapeKeys); !key.empty())
+      f.fail(key, "changes parameters, FLOPs or memory and is not read for model_type '" + m.model_type + "'");
+  }
   if (!f.ok()) return Error{f.error()};
   m.name = m.model_type;
   return m;
 }
 
+bool ModelSpec::is_dense_layer(int64_t i) const {
+  if (i < dense_layers) return true;
+  if (moe_layer_step > 1 && (i + 1) % moe_layer_step != 0) return true;
+  return std::binary_search(mlp_only_layers.begin(), mlp_only_layers.end(), i);  // sorted by the readers
+}
+
+int64_t ModelSpec::dense_layers_in(int64_t first, int64_t count) const {
+  if (moe_layer_step <= 1 && mlp_only_layers.empty()) {  // leading dense layers only: no walk
+    const int64_t end = first + count < dense_layers ? first + count : dense_layers;
+    return end > first ? end - first : 0;
+  }
+  int64_t n = 0;
+  for (int64_t i = first; i < first + count; ++i) n += is_dense_layer(i) ? 1 : 0;
+  return n;
+}
+
 ModelSpec dense_layer_model(const ModelSpec& m) {
-  if (m.dense_layers == 0) return m;
+  if (!m.has_dense_layers()) return m;
   ModelSpec d = m;
   d.experts = d.experts_per_token = 1;
   d.ffn_hidden = m.dense_ffn_hidden;
   d.shared_ffn_hidden = 0;
   d.shared_expert_gate = false;
   d.dense_layers = 0;
+  d.moe_layer_step = 1;
+  d.mlp_only_layers.clear();
   return d;
 }
 

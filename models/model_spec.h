@@ -1,8 +1,10 @@
 // ModelSpec: what is trained — the shape of a decoder-only transformer, read from a Hugging Face
-// config.json exactly as published (GPT-2, Llama, Mistral, Mixtral, Qwen2, Nemotron). It is the first of the
+// config.json exactly as published (GPT-2, Llama, Mistral, Mixtral, Qwen2, Nemotron, ...; the readers
+// are model_spec.cc and read_*.cc, one per family of key names). It is the first of the
 // three inputs (model, cluster, plan); layer_cost.h turns it into parameters, FLOPs and bytes.
-// Mixture-of-experts models (Mixtral, Qwen2-MoE, DeepSeek-V2/V3) may lead with dense layers
-// (DeepSeek's first_k_dense_replace); dense_layer_model() is the spec of those layers.
+// Mixture-of-experts models (Mixtral, Qwen2-MoE, DeepSeek-V2/V3, Llama 4) may have dense layers
+// (DeepSeek's leading first_k_dense_replace, Qwen's decoder_sparse_step and mlp_only_layers, Llama
+// 4's interleave_moe_layer_step); dense_layer_model() is the spec of those layers.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +38,15 @@ struct ModelSpec {
   int64_t vocab = 0;        // V
   int64_t max_positions = 0;
   bool tied_embeddings = false;
-  bool linear_bias = false;  // GPT-2: every linear and norm has a bias
-  bool qkv_bias = false;     // Qwen2 / attention_bias: only Q, K, V projections have a bias
+  // Biases, by the linears that carry them (norm biases are norm_bias). linear_bias: every linear
+  // (GPT-2, GPT-NeoX, StarCoder2), and implies the three below; otherwise each is its own: Q, K, V
+  // (Qwen2, StableLM's use_qkv_bias, Qwen v1), O (Llama's attention_bias adds it with Q, K, V, as
+  // InternLM's bias does), the MLP's linears (Llama's and Granite's mlp_bias, GPT-J's FC1/FC2).
+  bool linear_bias = false;
+  bool qkv_bias = false;
+  bool o_bias = false;
+  bool mlp_bias = false;
+  bool lm_head_bias = false;  // the output head's V biases (GPT-J, phi-1.5/phi-2)
   int64_t experts = 1;            // Mixtral: num_local_experts
   int64_t experts_per_token = 1;  // Mixtral: num_experts_per_tok (top-k)
   // Shared experts every token passes through beside its routed ones (Qwen2-MoE, DeepSeek): their
@@ -46,9 +55,18 @@ struct ModelSpec {
   bool shared_expert_gate = false;
   bool router_bias = false;  // DeepSeek-V3: a per-expert score correction bias (noaux_tc routing)
   // The first `dense_layers` layers have a dense MLP of width dense_ffn_hidden (DeepSeek's
-  // first_k_dense_replace and intermediate_size); the rest are MoE layers.
+  // first_k_dense_replace and intermediate_size); the rest are MoE layers, unless
+  // moe_layer_step > 1: then layer i is MoE only when (i + 1) % moe_layer_step == 0, every k-th
+  // layer from layer k - 1, as Qwen2-MoE's decoder_sparse_step (modeling_qwen2_moe.py) and Llama
+  // 4's interleave_moe_layer_step (configuration_llama4.py: moe_layers = range(step - 1, L, step))
+  // place them; layers in mlp_only_layers (Qwen's key, 0-based, sorted) are dense whatever the step.
   int64_t dense_layers = 0;
   int64_t dense_ffn_hidden = 0;
+  int64_t moe_layer_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  // Chunked local attention (Llama 4's attention_chunk_size on its RoPE layers): named in
+  // `unpriced` (priced as full causal attention); 0 when absent.
+  int64_t attention_chunk = 0;
   // Multi-head latent attention (DeepSeek-V2/V3), when kv_lora_rank > 0: K and V come up from a
   // kv_lora_rank latent (plus a shared qk_rope_dim rotary key), Q from a q_lora_rank latent (0:
   // directly from h). head_dim is the Q/K head (nope + rope dimensions), v_head_dim V's.
@@ -71,25 +89,51 @@ struct ModelSpec {
   // named so that reports and the runtimes can say so.
   std::vector<std::string> unpriced;
 
+  // What a training framework must be told beyond the shape, so that an export (planner/export*)
+  // trains the model the config describes; none of it changes the price. Read by
+  // read_training_recipe() (model_spec.cc); absent keys take the type's Hugging Face defaults.
+  struct Recipe {
+    std::string router_score = "softmax";  // scoring_func: softmax or sigmoid (DeepSeek-V3)
+    bool router_norm_topk = true;          // norm_topk_prob: the top-k weights renormalised
+    int64_t router_groups = 0;             // n_group: group-limited routing when > 1 ...
+    int64_t router_group_topk = 0;         // ... over topk_group groups (DeepSeek-V2/V3)
+    double router_scaling = 1.0;           // routed_scaling_factor
+    double aux_loss_coef = 0.0;            // router_aux_loss_coef, or DeepSeek's aux_loss_alpha
+    bool seq_aux_loss = false;             // DeepSeek's seq_aux: the balance loss per sequence
+    std::string rope_scaling;              // rope_scaling's rope_type ("llama3", "yarn", ...); "" none
+    double rope_factor = 1.0, rope_low_freq = 1.0, rope_high_freq = 4.0;  // llama3
+    double rope_beta_fast = 32.0, rope_beta_slow = 1.0, rope_mscale = 1.0, rope_mscale_all_dim = 0.0;  // yarn
+    int64_t rope_original_positions = 0;   // original_max_position_embeddings
+    int64_t mtp_layers = 0;                // num_nextn_predict_layers (DeepSeek-V3; not priced)
+  } recipe;
+
+  bool has_qkv_bias() const { return linear_bias || qkv_bias; }
+  bool has_o_bias() const { return linear_bias || o_bias; }
+  bool has_mlp_bias() const { return linear_bias || mlp_bias; }
+
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
   int64_t v_dim() const { return kv_heads * v_head_dim; }  // V's width
   int64_t o_dim() const { return heads * v_head_dim; }     // the attention output, O's input
   bool is_moe() const { return experts > 1; }
   bool is_mla() const { return kv_lora_rank > 0; }
-  // Layers [0, dense_layers) are dense; the others are the model's own kind.
-  int64_t dense_layers_in(int64_t first, int64_t count) const {
-    const int64_t end = first + count < dense_layers ? first + count : dense_layers;
-    return end > first ? end - first : 0;
-  }
+  // Whether layer i (0-based) has a dense MLP (dense_ffn_hidden) rather than the model's own kind.
+  bool is_dense_layer(int64_t i) const;
+  // The dense layers among [first, first + count), and in the whole model.
+  int64_t dense_layers_in(int64_t first, int64_t count) const;
+  int64_t dense_layer_count() const { return dense_layers_in(0, layers); }
+  bool has_dense_layers() const { return dense_layer_count() > 0; }
   bool gated_mlp() const { return mlp == Mlp::kSwiGlu; }
 };
 
-// The spec of a leading dense layer of an MoE model (experts 1, the dense FFN width); `m` itself
-// when it has none.
+// The spec of a dense layer of an MoE model (experts 1, the dense FFN width); `m` itself when it
+// has none.
 ModelSpec dense_layer_model(const ModelSpec& m);
 
-// Reads a Hugging Face config.json object; `where` names the source in error messages.
+// Reads a Hugging Face config.json object; `where` names the source in error messages. A
+// multimodal config (LLaVA, Mistral 3, Gemma 3) is read as its language model, `text_config`,
+// and its vision encoder is named in `unpriced`. A key that would change parameters, FLOPs or
+// memory but that the model's reader does not read is an error naming it, never a silent default.
 Result<ModelSpec> model_from_hf_config(const nlohmann::json& config, const std::string& where);
 
 // Reads a model file. `name_or_path` is a path, or a name found as models/NAME.json in the data

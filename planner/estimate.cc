@@ -62,7 +62,10 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const P2pCost p2p = pipeline_transfer(m, c, plan);
   const double p2p_s = p > 1 && !plan.execution.overlap_p2p ? d(v) * p2p.time_s : 0;
 
-  StageTimes mid{layers * lt.forward_s + p2p_s + overhead, layers * lt.backward_input_s + p2p_s,
+  // The calibrated host cost per chunk-pass: v chunks' forward and backward per micro-batch.
+  auto gap = c.layer_gap_s.find(framework_family(plan.execution.framework));
+  const double chunk_s = d(v) * c.chunk_pass_overhead_s + layers * (gap == c.layer_gap_s.end() ? 0.0 : gap->second);
+  StageTimes mid{layers * lt.forward_s + p2p_s + overhead + chunk_s, layers * lt.backward_input_s + p2p_s + chunk_s,
                  layers * lt.backward_weight_s};
   StageTimes first = mid, last = mid;
   first.f += et.first_forward_s;
@@ -161,13 +164,15 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
 void finish_report(const ModelSpec& m, const ClusterSpec& c, const Plan& plan, StepReport& e) {
   e.tier_bytes_per_gpu = bytes_by_tier(c, plan, e.comm_bytes_per_gpu);
   e.model_flops = model_flops_per_step(m, plan.seq_len, plan.global_batch);
-  e.hardware_flops = hardware_flops_per_step(m, plan.seq_len, plan.global_batch, plan.recompute, plan.execution.selective);
+  e.hardware_flops = hardware_flops_per_step(m, plan.seq_len, plan.global_batch, plan.recompute, plan.execution.selective,
+                                             plan.execution.attention);
   const double gpus = d(plan.gpus());
   e.tokens_per_s = d(plan.global_batch) * d(plan.seq_len) / e.step_time_s;
   e.model_tflops_per_gpu = e.model_flops / e.step_time_s / gpus / 1e12;
   e.hardware_tflops_per_gpu = e.hardware_flops / e.step_time_s / gpus / 1e12;
   // Against the peak of the precision the GEMMs run in: an FP8 plan's MFU is a share of the FP8 peak.
   e.mfu = e.model_tflops_per_gpu * 1e12 / c.gpu.peak_flops(plan.precision);
+  e.hfu = e.hardware_tflops_per_gpu * 1e12 / c.gpu.peak_flops(plan.precision);
   e.peak_memory_bytes = e.memory.total();
   e.fits_in_memory = e.peak_memory_bytes <= c.gpu.hbm_bytes();
   e.fits_in_host_memory = e.memory.host * d(c.node.gpus) <= c.host.memory_gib * 1073741824.0;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "models/layer_cost.h"
 #include "models/model_spec.h"
 #include "planner/memory_model.h"
 #include "program/plan.h"
@@ -57,8 +58,11 @@ struct StepReport {
   double optimizer_s = 0;      // incl. offload transfers
   double overhead_s = 0;
   double tp_exposed_s = 0;     // TP collectives on the critical path per step
+  // Model FLOPs by kModelFlopsConvention (MFU's), hardware FLOPs as the kernels execute them
+  // (causal flash attention: about half the square; recompute included); hfu = hardware / peak.
   double model_flops = 0, hardware_flops = 0;
-  double tokens_per_s = 0, mfu = 0, model_tflops_per_gpu = 0, hardware_tflops_per_gpu = 0;
+  double tokens_per_s = 0, mfu = 0, model_tflops_per_gpu = 0, hardware_tflops_per_gpu = 0, hfu = 0;
+  const char* flops_convention = kModelFlopsConvention;
   CommBytes comm_bytes_per_gpu;
   TierBytes tier_bytes_per_gpu;
   MemoryBreakdown memory;  // the stage with the highest peak

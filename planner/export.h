@@ -10,6 +10,7 @@
 
 #include "models/model_spec.h"
 #include "planner/estimate.h"
+#include "program/framework.h"
 #include "program/plan.h"
 
 namespace parallax {
@@ -18,11 +19,15 @@ namespace parallax {
 nlohmann::json evaluation_to_json(const ModelSpec& m, const Plan& plan, const StepReport& e);
 
 // Megatron-LM arguments on one line (so that $(planner --emit megatron) splits into exactly them);
-// DP follows from the world size.
+// DP follows from the world size. Beside the shape: the router (score function, pre-softmax,
+// top-k scaling, group-limited routing, expert bias, balancing loss), rotary scaling and MTP depth
+// of ModelSpec::Recipe, and the gradient dtype the plan was priced with (export_megatron.cc).
 Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& plan);
-// What a DeepSpeed run needs beyond its config (the pipeline module, TP groups, checkpointing
-// calls in the model), one line each; the planner prints them on stderr.
+// (Megatron's model rules, megatron_model_refusal, are in program/framework.h.)
+// What a DeepSpeed run needs beyond its config (the PipelineModule and its topology, TP groups,
+// checkpointing calls in the model), one line each; the planner prints them on stderr.
 std::vector<std::string> deepspeed_notes(const Plan& plan);
+// The config (export_deepspeed.cc); a plan DeepSpeed cannot run as priced is an error naming why.
 Result<nlohmann::json> deepspeed_config(const Plan& plan);
 
 }  // namespace parallax

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
 
 namespace parallax {
 
@@ -11,7 +10,8 @@ namespace {
 class Lowerer {
  public:
   Lowerer(const ModelSpec& m, const Plan& plan, const OpCosts& costs)
-      : costs_(costs), p_(plan), transfers_(static_cast<size_t>(2 * plan.pp * plan.micro_batches() * plan.virtual_stages), -1) {
+      : costs_(costs), p_(plan), micro_batches_(plan.micro_batches()),
+        transfers_(static_cast<size_t>(2 * plan.pp * micro_batches_ * plan.virtual_stages), -1) {
     out_.program = build_step_program(m, plan);
     if (!plan.execution.overlap_p2p) {
       ProgramOp send;
@@ -25,6 +25,10 @@ class Lowerer {
     size_t ops = 0;
     for (const StageProgram& sp : stages) ops += sp.ops.size();
     out_.graph.reserve(ops + 64 * stages.size(), 2 * ops);
+    streams_.resize(stages.size());
+    out_.first_task.reserve(stages.size());
+    out_.last_task.reserve(stages.size());
+    pieces_.reserve(stages.size());
     for (size_t s = 0; s < stages.size(); ++s) {
       for (StreamKind k : kAllStreams) streams_[s][static_cast<int>(k)] = out_.graph.add_stream(static_cast<int32_t>(s), k);
       out_.compute_stream.push_back(streams_[s][0]);
@@ -37,7 +41,7 @@ class Lowerer {
  private:
   // Where a transfer arrives: (receiving stage, pass F or B, micro-batch, receiving chunk).
   size_t transfer(int64_t stage, OpKind pass, int64_t mb, int64_t chunk) const {
-    return static_cast<size_t>(((stage * 2 + (pass == OpKind::kForward ? 0 : 1)) * p_.micro_batches() + mb) *
+    return static_cast<size_t>(((stage * 2 + (pass == OpKind::kForward ? 0 : 1)) * micro_batches_ + mb) *
                                    p_.virtual_stages + chunk);
   }
 
@@ -66,8 +70,8 @@ class Lowerer {
         register_transfer(op, s, last[i]);
         continue;
       }
-      const double dur = costs_.duration_s(op, s);
-      const float share = static_cast<float>(costs_.sm_share(op));
+      const double dur = duration_s(op, s);
+      const float share = op.type == ProgramOpType::kCollective ? static_cast<float>(costs_.sm_share(op)) : 0.0f;
       const StreamId stream = streams_[s][static_cast<int>(op.stream)];
       double done = 0;
       for (; cut != at.end() && cut->first == static_cast<int32_t>(i); ++cut) {  // pieces up to each cut, then the rest
@@ -78,10 +82,30 @@ class Lowerer {
         pieces.push_back({static_cast<int32_t>(i), {f, t}});
         done = f;
       }
-      last[i] = out_.graph.add_task(stream, dur * (1 - done) + out_.folded_tail_s(s, i), static_cast<int32_t>(i), share);
+      const double tail = op.type == ProgramOpType::kCompute && i + 1 < sp.ops.size() && sp.ops[i + 1].type == ProgramOpType::kSend
+                              ? out_.folded_send_s : 0.0;  // folded_tail_s, without looking the stage up again
+      last[i] = out_.graph.add_task(stream, dur * (1 - done) + tail, static_cast<int32_t>(i), share);
       if (first[i] < 0) first[i] = last[i];
       if (op.type == ProgramOpType::kSend) register_transfer(op, s, last[i]);
     }
+  }
+
+  // An op's duration; a collective's is remembered, for a stage issues runs of equal ones (its
+  // gradient buckets and weight gathers).
+  double duration_s(const ProgramOp& op, int64_t s) {
+    if (op.type == ProgramOpType::kCompute) {  // OpCosts prices a pass by (stage, pass, chunk)
+      if (compute_stage_ != s) compute_stage_ = s, compute_s_.assign(static_cast<size_t>(3 * p_.virtual_stages), -1.0);
+      double& d = compute_s_[static_cast<size_t>(op.chunk * 3 + static_cast<int>(op.pass))];
+      if (d < 0) d = costs_.duration_s(op, s);
+      return d;
+    }
+    if (op.type != ProgramOpType::kCollective) return costs_.duration_s(op, s);
+    if (memo_stage_ != s || memo_.type != op.type || memo_.collective != op.collective || memo_.group != op.group ||
+        memo_.role != op.role || memo_.bytes != op.bytes) {
+      memo_stage_ = s, memo_ = op;
+      memo_s_ = costs_.duration_s(op, s);
+    }
+    return memo_s_;
   }
 
   void register_transfer(const ProgramOp& send, int64_t s, TaskId t) {
@@ -121,8 +145,14 @@ class Lowerer {
 
   const OpCosts& costs_;
   const Plan& p_;
+  const int64_t micro_batches_;  // p_.micro_batches(), a division, looked up per transfer
   LoweredStep out_;
-  std::map<int64_t, std::array<StreamId, 5>> streams_;
+  std::vector<std::array<StreamId, 5>> streams_;  // per stage, by StreamKind
+  int64_t compute_stage_ = -1;     // duration_s's compute passes of this stage, by (chunk, pass)
+  std::vector<double> compute_s_;
+  ProgramOp memo_;  // duration_s's last collective, its stage and duration
+  int64_t memo_stage_ = -1;
+  double memo_s_ = 0;
   std::vector<TaskId> transfers_;  // by transfer(): the sender's transfer task
   std::vector<std::vector<std::pair<int32_t, std::pair<double, TaskId>>>> pieces_;  // per stage: (op, (fraction, task))
 };

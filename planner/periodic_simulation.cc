@@ -62,10 +62,10 @@ Result<Simulation> simulate_report(const ModelSpec& m, const ClusterSpec& c, con
   if (3 * m_a + 3 * q >= mbs) return simulate_step(m, c, plan);
   std::vector<double> at[3];
   for (int k = 0; k < 3; ++k) {
-    Result<Simulation> short_step = simulate_step(m, c, with_micro_batches(plan, m_a + k * q));
-    if (!short_step.ok()) return simulate_step(m, c, plan);
     // The timeline's own measures, not the report: the memory model and the totals follow from m.
-    at[k] = flatten(measures_of(*short_step));
+    Result<StepMeasures> short_step = simulate_measures(m, c, with_micro_batches(plan, m_a + k * q));
+    if (!short_step.ok()) return simulate_step(m, c, plan);
+    at[k] = flatten(*short_step);
   }
   if (!on_one_line(at[0], at[1], at[2])) return simulate_step(m, c, plan);
   std::vector<double> line(at[2].size());

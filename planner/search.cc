@@ -1,5 +1,6 @@
 #include "planner/search.h"
 
+#include "planner/bound.h"
 #include "planner/simulation.h"
 #include "program/framework.h"
 #include "program/runtime_support.h"
@@ -232,10 +233,21 @@ std::vector<RankedPlan> rank_by_simulation(const ModelSpec& m, const ClusterSpec
   const size_t k = o.top_k;
   std::vector<RankedPlan> best;
   double floor_ratio = 1.0;
+  const bool by_bound = o.pruning == SearchOptions::Pruning::kBound;
   for (const RankedPlan& cand : candidates) {
-    if (best.size() >= k && static_cast<size_t>(counts.simulated) >= 2 * k + kMinSimulatedExtra &&
-        cand.report.step_time_s * floor_ratio * (1 - kPruneMargin) > best.back().report.step_time_s)
+    if (by_bound) {
+      // Its simulated step is at least its bound: slower than the K-th to the nanosecond, it
+      // cannot enter the top K (ranks_before).
+      const double kth_s = best.size() >= k ? best.back().report.step_time_s : 0.0;
+      if (best.size() >= k && std::llround(step_lower_bound_s(m, c, cand.plan, kth_s) * 1e9) > std::llround(kth_s * 1e9)) {
+        ++counts.bounded;
+        continue;
+      }
+    } else if (o.pruning == SearchOptions::Pruning::kEstimate && best.size() >= k &&
+               static_cast<size_t>(counts.simulated) >= 2 * k + kMinSimulatedExtra &&
+               cand.report.step_time_s * floor_ratio * (1 - kPruneMargin) > best.back().report.step_time_s) {
       break;
+    }
     if (o.progress)
       o.progress({counts.feasible, static_cast<int64_t>(candidates.size()), counts.simulated,
                   best.empty() ? 0.0 : best.front().report.step_time_s});

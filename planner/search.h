@@ -2,9 +2,9 @@
 // chunk count) x recompute x sequence-parallel x offload configuration for a model, cluster and GPU
 // count; rejects illegal ones by rule (counting each reason), drops those that do not fit in
 // memory and prices the rest with the analytical model; then simulates candidates in the order of
-// that estimate until no unsimulated one could still enter the top K (its estimate, scaled by the
-// smallest simulated/estimated ratio seen less a safety margin, is slower than the K-th best), and
-// ranks by simulated step time. Runs on several threads; the result does not depend on their count.
+// that estimate, skipping each whose provable lower bound (planner/bound.h) is slower than the K-th
+// best simulated step so far — so the top K is that of simulating every candidate — and ranks by
+// simulated step time. Runs on several threads; the result does not depend on their count.
 #pragma once
 
 #include <array>
@@ -54,6 +54,12 @@ struct SearchOptions {
   // Simulate every event of each candidate (simulate_step) rather than the line through three
   // short steps (simulate_report): the same ranking, slower; for checking it.
   bool every_event = false;
+  // Which candidates are left unsimulated: by the estimate with a margin (kEstimate, fast, not
+  // provably the top K), or by a provable lower bound (kBound, planner/bound.h: a candidate is
+  // skipped only when its bound is slower than the K-th best simulated step), or none (kNone:
+  // every candidate simulated, for checking the other two).
+  enum class Pruning { kEstimate, kBound, kNone };
+  Pruning pruning = Pruning::kBound;
   // Called from the calling thread after the estimate and after each simulated candidate.
   std::function<void(const SearchProgress&)> progress;
 };
@@ -81,6 +87,7 @@ struct SearchResult {
   int64_t evaluated = 0;          // legal, distinct configurations priced by the memory model
   int64_t feasible = 0;           // legal and fitting in memory
   int64_t simulated = 0;          // candidates run through the discrete-event simulator
+  int64_t bounded = 0;            // Pruning::kBound: candidates ruled out by their lower bound
   std::array<int64_t, kRejectionKinds> rejected{};  // indexed by Violation, then Rejection
   std::string framework_refusal;  // the first plan the framework refused, why (framework_refusal)
 };

@@ -44,26 +44,41 @@ Span recv_span(const Simulation& sim, int64_t s, size_t i, double track_free_s) 
   return {start_s, std::max(start_s, span_of(sim, s, i).finish_s)};
 }
 
-// Busy, pipeline end, TP time and exposed waits of one stage's compute stream.
-StageReport stage_stats(const Simulation& sim, int64_t s) {
+// Busy, pipeline end, TP time and exposed waits of one stage's compute stream, and its optimizer's
+// duration. One pass over the ops: each op's span (as span_of) is kept in `spans`, scratch, for
+// the ops after it that wait on it.
+StageReport stage_stats(const Simulation& sim, int64_t s, std::vector<Span>& spans, double* optimizer_s) {
   const StageProgram& sp = sim.step.program.stages[s];
+  const size_t n = sp.ops.size();
+  spans.resize(n);
+  const std::vector<TaskId>& first = sim.step.first_task[s];
+  const std::vector<TaskId>& last = sim.step.last_task[s];
+  const double* start_s = sim.timeline.start_s.data();
+  const double* finish_s = sim.timeline.finish_s.data();
+  const double folded_s = sim.step.folded_send_s;
   StageReport r;
   double prev_finish = 0, dp_end = 0;
-  for (size_t i = 0; i < sp.ops.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     const ProgramOp& op = sp.ops[i];
-    const Span span = span_of(sim, s, i);
+    // span_of(sim, s, i), without looking the stage up again
+    Span span{start_s[first[i]], finish_s[last[i]]};
+    const bool send_tail = folded_s > 0 && op.type == ProgramOpType::kCompute && i + 1 < n &&
+                           sp.ops[i + 1].type == ProgramOpType::kSend;  // folded_tail_s(s, i) > 0
+    if (op.type == ProgramOpType::kSend && folded_s > 0) span.start_s = span.finish_s - folded_s;
+    else span.finish_s -= send_tail ? folded_s : 0.0;
+    spans[i] = span;
     if (op.type == ProgramOpType::kCollective && op.group != GroupKind::kTp) dp_end = std::max(dp_end, span.finish_s);
     if (op.type == ProgramOpType::kOptimizer) {
       // Waiting for the gradient reductions before the optimizer, and the weight gathers after it.
       r.exposed_dp_s += std::max(0.0, span.start_s - prev_finish);
       prev_finish = span.finish_s;
+      *optimizer_s = std::max(*optimizer_s, span.finish_s - span.start_s);
       continue;
     }
     if (op.type != ProgramOpType::kCompute) continue;
     // As run: a compute task slowed by a collective beside it (NCCL SM contention) is busy longer.
-    for (TaskId t = sim.step.first_task[s][i]; t <= sim.step.last_task[s][i]; ++t)
-      r.busy_s += sim.timeline.finish_s[t] - sim.timeline.start_s[t];
-    const double send_s = sim.step.folded_tail_s(s, i);  // a blocking send holds the compute stream
+    for (TaskId t = first[i]; t <= last[i]; ++t) r.busy_s += finish_s[t] - start_s[t];
+    const double send_s = send_tail ? folded_s : 0.0;  // a blocking send holds the compute stream
     r.busy_s -= send_s;
     r.exposed_pp_s += send_s;
     r.tp_s += sim.tp_s(op, s);
@@ -73,8 +88,8 @@ StageReport stage_stats(const Simulation& sim, int64_t s) {
     if (gap <= 0) continue;
     int32_t cause = -1;  // the awaited op that finished last
     for (int32_t w : op.waits_for)
-      if (cause < 0 || span_of(sim, s, w).finish_s > span_of(sim, s, cause).finish_s) cause = w;
-    if (cause < 0 || span_of(sim, s, cause).finish_s < span.start_s) continue;
+      if (cause < 0 || spans[w].finish_s > spans[cause].finish_s) cause = w;
+    if (cause < 0 || spans[cause].finish_s < span.start_s) continue;
     (is_pipeline_transfer(sp.ops[cause]) ? r.exposed_pp_s : r.exposed_dp_s) += gap;
   }
   r.exposed_dp_s += std::max(0.0, dp_end - prev_finish);
@@ -100,17 +115,15 @@ CommBytes stage_comm_bytes(const StageProgram& sp) {
 StepMeasures measures_of(const Simulation& sim) {
   StepMeasures out;
   out.makespan_s = sim.timeline.makespan_s;
+  out.stages.reserve(static_cast<size_t>(sim.plan.pp));
+  out.stage_bytes.reserve(static_cast<size_t>(sim.plan.pp));
+  std::vector<Span> spans;
   for (int64_t s = 0; s < sim.plan.pp; ++s) {
     const StageProgram& sp = sim.step.program.stages[s];
-    StageReport r = stage_stats(sim, s);
+    StageReport r = stage_stats(sim, s, spans, &out.optimizer_s);
     r.peak_in_flight = max_in_flight(sp.schedule, sim.plan.schedule);
     out.stages.push_back(r);
     out.stage_bytes.push_back(stage_comm_bytes(sp));
-    for (size_t i = 0; i < sp.ops.size(); ++i)
-      if (sp.ops[i].type == ProgramOpType::kOptimizer) {
-        const Span o = span_of(sim, s, i);
-        out.optimizer_s = std::max(out.optimizer_s, o.finish_s - o.start_s);
-      }
   }
   return out;
 }
@@ -157,10 +170,11 @@ void keep_freed_memory() {
 #endif
 }
 
-Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
-  Simulation sim;
+namespace {
+
+// The timeline of a step and the TP time inside its compute ops: what its measures are read from.
+Status run_step(const ModelSpec& m, const Plan& plan, const OpCosts& costs, Simulation& sim) {
   sim.plan = plan;
-  const OpCosts costs(m, c, plan);
   sim.step = lower_step(m, plan, costs);
   const TaskGraph& g = sim.step.graph;
   auto name = [&](TaskId t) {
@@ -177,8 +191,24 @@ Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const
       op.chunk = 0;
       sim.tp_pass_s[s][static_cast<int>(pass)] = costs.tp_s(op, s);
     }
+  return Status{};
+}
+
+}  // namespace
+
+Result<Simulation> simulate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
+  Simulation sim;
+  const OpCosts costs(m, c, plan);
+  if (Status st = run_step(m, plan, costs, sim); !st.ok()) return Error{st.error()};
   summarise(m, c, costs.layer(), measures_of(sim), sim);
   return sim;
+}
+
+Result<StepMeasures> simulate_measures(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
+  Simulation sim;
+  const OpCosts costs(m, c, plan);
+  if (Status st = run_step(m, plan, costs, sim); !st.ok()) return Error{st.error()};
+  return measures_of(sim);
 }
 
 nlohmann::json simulation_trace(const Simulation& sim, const nlohmann::json& metadata) {

@@ -71,6 +71,9 @@ struct StepMeasures {
 };
 // Those of a simulated (not extrapolated) step.
 StepMeasures measures_of(const Simulation& sim);
+// Those of one step of `plan` through every event, without the report (simulate_report's short
+// steps). Errors: as simulate_step.
+Result<StepMeasures> simulate_measures(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
 // The report of `sim.plan` from its measures: memory per stage, the worst stage's figures, bubble,
 // bytes, FLOPs and MFU.
 void summarise(const ModelSpec& m, const ClusterSpec& c, const LayerTiming& layer, const StepMeasures& measures,

@@ -46,6 +46,7 @@ FrameworkProfile nemo() {
   e.overlap_grad_reduce = true;
   e.overlap_param_gather = true;
   e.overlap_p2p = true;
+  e.tp_comm_overlap = true;
   e.attention_impl = "cudnn";
   p.settings = {
       {"attention", "flash", std::string(kDgxc) + ": TE attention (NVTE_FUSED_ATTN cuDNN or flash)"},
@@ -56,7 +57,7 @@ FrameworkProfile nemo() {
       {"overlap_param_gather", "true", std::string(kDgxc) + ": optim.overlap_param_sync true"},
       {"overlap_p2p", "true", std::string(kDgxc) + ": overlap_p2p_comm true, batch_p2p_comm false"},
       {"fp32_gradients", "false", std::string(kDgxc) + ": optim.grad_sync_dtype bf16"},
-      {"tp_comm_overlap", "not modelled", std::string(kDgxc) + ": ub_tp_comm_overlap true; Parallax prices TP collectives exposed"}};
+      {"tp_comm_overlap", "true", std::string(kDgxc) + ": ub_tp_comm_overlap true (the calibrated share tp_overlap_exposed stays exposed)"}};
   return p;
 }
 
@@ -103,7 +104,7 @@ FrameworkProfile torchtitan() {
       {"selective", "ops", std::string(kTitan) + " parallelisms/parallelize_llama.py: selective_ac_option 'op' saves mm (except every second), SDPA and reduce_scatter outputs"},
       {"fp32_gradients", "true", std::string(kTitan) + " config_manager.py: mixed_precision_reduce float32 (reduce-scatter in fp32)"},
       {"overlap_grad_reduce", "false", "FSDP2 reduce-scatters each block's gradients as its backward ends (priced by the ZeRO-3 program)"},
-      {"async_tp", "not modelled", "torchtitan experimental.enable_async_tensor_parallel; Parallax prices TP collectives exposed"}};
+      {"tp_comm_overlap", "false", "torchtitan experimental.enable_async_tensor_parallel is off by default (on: tp_comm_overlap true)"}};
   return p;
 }
 
@@ -112,6 +113,9 @@ FrameworkProfile torchtitan() {
 namespace {
 
 std::string megatron_refusal(const std::string& name, const Plan& p, const ModelSpec& m) {
+  // What the exporter's command line cannot state about the model itself (Gemma's GeGLU, GPT-J's
+  // parallel block, ...): no plan of it is one Megatron-LM runs as priced.
+  if (std::string why = megatron_model_refusal(m); !why.empty()) return name + " cannot run " + m.name + ": " + why;
   // Megatron-Core asserts sequence parallelism for MoE layers under tensor parallelism.
   if (m.is_moe() && p.tp > 1 && !p.sequence_parallel) return name + " needs sequence_parallel for MoE with tp > 1";
   if (p.zero >= 2) return name + " runs ZeRO 0 or 1 (the distributed optimizer), not " + std::to_string(p.zero);
@@ -140,6 +144,14 @@ std::string deepspeed_refusal(const Plan& p) {
   if (p.uneven()) return "deepspeed's pipeline partition is set in the model code, not by first/last stage layers";
   if (p.hybrid_sharding() && p.zero != 3) return "deepspeed shards hybrid (MiCS) only with ZeRO-3";
   if (p.cp > 1 && p.execution.cp_comm != CpComm::kAllToAll) return "deepspeed's context parallelism is Ulysses (cp_comm a2a)";
+  // Ulysses brings its own mpu; AutoTP replaces the engine's with a data x tensor mesh
+  // (deepspeed/runtime/engine.py _configure_tensor_parallel_states); a pipeline takes none
+  // (deepspeed/__init__.py) and its topology has no sequence axis. As planner/export_deepspeed.cc.
+  if (p.cp > 1 && (p.tp > 1 || p.pp > 1)) return "deepspeed's Ulysses (cp > 1) runs without AutoTP or a pipeline (tp and pp 1)";
+  // engine.py _do_optimizer_sanity_check: without ZeRO, bf16/fp16 gradients accumulate in their
+  // own dtype (DDP_BF16, FP16, BF16_Optimizer under a pipeline), never in fp32.
+  if (p.zero == 0 && p.execution.fp32_gradients && p.precision != Precision::kFp32)
+    return "deepspeed without ZeRO accumulates bf16/fp16 gradients in their own dtype (fp32 gradients need zero >= 1)";
   if (p.precision == Precision::kFp8) return "deepspeed has no FP8 training setting of its own";
   return "";
 }

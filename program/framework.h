@@ -36,4 +36,11 @@ Result<FrameworkProfile> framework_profile(const std::string& name);
 // planner --framework lists only plans its --emit can express.
 std::string framework_refusal(const std::string& framework, const Plan& plan, const ModelSpec& model);
 
+// Why Megatron-LM's command line cannot express the model (a gated GELU, parallel attention and
+// MLP, sandwich norms, q/k norms over whole projections, rope scaling other than Llama 3's or a
+// whole linear factor, biases on some linears only, ...), one line; "" when it can
+// (program/megatron_model.cc). framework_refusal gives it for megatron, megatron-2022 and nemo,
+// and planner/export_megatron.cc refuses --emit megatron with it.
+std::string megatron_model_refusal(const ModelSpec& m);
+
 }  // namespace parallax

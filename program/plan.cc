@@ -240,7 +240,7 @@ nlohmann::json plan_to_json(const Plan& p) {
            {{"framework", e.framework}, {"attention", attention_name(e.attention)},
             {"attention_impl", e.attention_impl}, {"kernels", kernels_name(e.kernels)}, {"selective", selective_name(e.selective)},
             {"overlap_grad_reduce", e.overlap_grad_reduce}, {"overlap_param_gather", e.overlap_param_gather},
-            {"overlap_p2p", e.overlap_p2p},
+            {"overlap_p2p", e.overlap_p2p}, {"tp_comm_overlap", e.tp_comm_overlap},
             {"dp_bucket_mib", e.dp_bucket_mib}, {"allocator_margin", e.allocator_margin},
             {"microbatch_overhead_us", e.microbatch_overhead_us},
             {"step_overhead_us", e.step_overhead_us}, {"fp32_gradients", e.fp32_gradients},
@@ -286,6 +286,7 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
     e.selective = read_enum(f, "selective", parse_selective, "attention-core|ops", e.selective);
   e.overlap_grad_reduce = f.optional_bool("overlap_grad_reduce", e.overlap_grad_reduce);
   e.overlap_p2p = f.optional_bool("overlap_p2p", e.overlap_p2p);
+  e.tp_comm_overlap = f.optional_bool("tp_comm_overlap", e.tp_comm_overlap);
   e.overlap_param_gather = f.optional_bool("overlap_param_gather", e.overlap_param_gather);
   e.dp_bucket_mib = f.optional_number("dp_bucket_mib").value_or(e.dp_bucket_mib);
   e.allocator_margin = f.optional_number("allocator_margin", true).value_or(e.allocator_margin);

@@ -43,6 +43,9 @@ struct Execution {
   // --overlap-param-gather, NeMo overlap_param_sync), not after the optimizer.
   bool overlap_param_gather = false;
   bool overlap_p2p = false;           // pipeline sends run beside compute (else the sender waits)
+  // TP collectives overlapped with the GEMMs they feed (Transformer Engine userbuffers,
+  // --tp-comm-overlap; torchtitan's async TP): the calibrated share of their time stays exposed.
+  bool tp_comm_overlap = false;
   double dp_bucket_mib = 40.0;        // gradient bucket for DP reduction
   double allocator_margin = 0.05;     // caching-allocator fragmentation, fraction of allocations
   double microbatch_overhead_us = 0;  // fixed cost per micro-batch per stage (launches, data)

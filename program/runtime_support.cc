@@ -31,6 +31,11 @@ Status check_runtime_support(const ModelSpec& m, const Plan& p) {
   if (m.is_moe()) {  // Mixtral's MoE: a router, top-k, SwiGLU experts, dropless
     if (m.shared_ffn_hidden > 0 || m.dense_layers > 0 || m.is_mla() || m.router_bias)
       return no("shared experts, leading dense layers or latent attention (" + m.name + "; Mixtral-style MoE runs)");
+    // Its transformer puts the same MoE MLP in every layer (runtime/): a dense MLP every k-th layer
+    // (decoder_sparse_step, interleave_moe_layer_step, mlp_only_layers) is a second layer kind.
+    if (m.has_dense_layers())
+      return no("dense layers among MoE ones (" + m.name + ": " + std::to_string(m.dense_layer_count()) + " of " +
+                std::to_string(m.layers) + " layers dense; every layer MoE runs)");
     if (p.expert_tp() != p.tp) return no("expert TP other than TP (etp " + std::to_string(p.etp) + ")");
     if (p.execution.moe_capacity_factor > 0) return no("an expert capacity factor (its MoE layers are dropless)");
     if (p.precision == Precision::kFp8) return no("FP8 in mixture-of-experts layers");
@@ -48,6 +53,7 @@ Status check_runtime_support(const ModelSpec& m, const Plan& p) {
     return no(std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)");
   if (p.hybrid_sharding()) return no("hybrid sharding (dp_shard " + std::to_string(p.dp_shard) + " < dp)");
   if (p.execution.overlap_param_gather) return no("execution.overlap_param_gather (it gathers weights after the optimizer)");
+  if (p.execution.tp_comm_overlap && p.tp > 1) return no("execution.tp_comm_overlap (its TP collectives run after their GEMMs)");
   return Status::Ok();
 }
 
@@ -64,6 +70,7 @@ Status check_gpu_support(const ModelSpec& m, const Plan& p, bool emulated) {
     return no(std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)");
   if (p.hybrid_sharding()) return no("hybrid sharding (dp_shard " + std::to_string(p.dp_shard) + " < dp)");
   if (p.execution.overlap_param_gather) return no("execution.overlap_param_gather (it gathers weights after the optimizer)");
+  if (p.execution.tp_comm_overlap && p.tp > 1) return no("execution.tp_comm_overlap (its TP collectives run after their GEMMs)");
   if (m.mlp == Mlp::kSquaredRelu || (m.positions == Positions::kRotary && m.rotary_dims != m.head_dim))
     return no(m.model_type + " models (squared-ReLU MLP and partial rotary run on the CPU runtime only)");
   if (!emulated && p.pp > 1)

@@ -126,6 +126,9 @@ class StageBuilder {
       tp_[static_cast<int>(k)] = tp_traffic(m, p_, k);
       tp_dense_[static_cast<int>(k)] = tp_traffic(dense, p_, k);
     }
+    for (int g = 0; g < kGroupKinds; ++g) group_size_[g] = prog.grid.group_size(static_cast<GroupKind>(g));
+    for (int64_t chunk = 0; chunk < p_.virtual_stages; ++chunk)
+      for (OpKind k : {OpKind::kForward, OpKind::kBackward, OpKind::kWeight}) pass_tp_.push_back(pass_tp_bytes(k, chunk));
   }
 
   StageProgram build(std::vector<PipelineOp> schedule) {
@@ -158,79 +161,88 @@ class StageBuilder {
   }
 
  private:
-  int32_t add(ProgramOp op) {
-    const int32_t index = static_cast<int32_t>(out_.ops.size());
-    last_on_[static_cast<int>(op.stream)] = index;
-    out_.ops.push_back(std::move(op));
-    return index;
+  // Appends an op on `stream`, built in place (a deep pipeline's program holds millions): the
+  // reference lasts until the next append; *index is the op's index.
+  ProgramOp& append(ProgramOpType type, StreamKind stream, int32_t* index) {
+    *index = static_cast<int32_t>(out_.ops.size());
+    last_on_[static_cast<int>(stream)] = *index;
+    ProgramOp& op = out_.ops.emplace_back();
+    op.type = type;
+    op.stream = stream;
+    return op;
   }
 
-  ProgramOp collective(CollectiveRole role, Collective c, GroupKind g, StreamKind s, double bytes) const {
-    ProgramOp op;
-    op.type = ProgramOpType::kCollective;
+  ProgramOp& collective(CollectiveRole role, Collective c, GroupKind g, StreamKind s, double bytes, int32_t* index) {
+    ProgramOp& op = append(ProgramOpType::kCollective, s, index);
     op.role = role;
     op.collective = c;
     op.group = g;
-    op.stream = s;
     op.bytes = bytes;
-    op.sent_bytes = collective_bytes_per_rank(c, bytes, prog_.grid.group_size(g));
+    op.sent_bytes = collective_bytes_per_rank(c, bytes, group_size_[static_cast<int>(g)]);
     return op;
+  }
+
+  // The TP collectives inside a compute op of `kind` on `chunk`: (bytes, sent bytes), summed over
+  // the chunk's MoE and leading dense layers.
+  std::pair<double, double> pass_tp_bytes(OpKind kind, int64_t chunk) const {
+    const bool with_w = kind == OpKind::kBackward && !splits_weight_gradients(p_.schedule);
+    const double dense = d(chunk_dense_layers(m_, p_, stage_, chunk)), rest = d(prog_.chunk_layers[stage_]) - dense;
+    double bytes = 0, sent = 0;
+    for (const auto& [layers, tp] : {std::pair{rest, tp_}, std::pair{dense, tp_dense_}}) {
+      const TpTraffic& own = tp[static_cast<int>(kind)];
+      const TpTraffic& w = tp[static_cast<int>(OpKind::kWeight)];
+      bytes += layers * (own.count * own.bytes + (with_w ? w.count * w.bytes : 0.0));
+      sent += layers * (own.sent_bytes + (with_w ? w.sent_bytes : 0.0));
+    }
+    return {bytes, sent};
   }
 
   // [weight gather] [receive] compute [send]; returns the compute op's index.
   int32_t add_pass(const PipelineOp& pass) {
-    OpWaits waits = blocking_;
-    blocking_ = OpWaits{};
+    // Built in place below: a temporary OpWaits, stored piecemeal and read back whole, stalls
+    // store forwarding (most of this function's time).
+    int32_t gathered = -1, received = -1;
     const int64_t vs = virtual_stage(stage_, pass.chunk, p_.pp), last_vs = p_.pp * p_.virtual_stages - 1;
     // ZeRO-3 gathers the stage's weights before each pass: over DP, and with offload from host
     // memory too (its shard, even on one GPU).
     // With EP the experts gather over their own data-parallel ranks, after the dense weights on
     // the same stream (the pass waits for the last gather).
     if (p_.zero == 3 && pass.kind != OpKind::kWeight) {
-      int32_t gathered = -1;
       auto gather = [&](CollectiveRole role, GroupKind group, double bytes) {
-        ProgramOp g = collective(role, Collective::kAllGather, group, StreamKind::kDp, bytes);
+        ProgramOp& g = collective(role, Collective::kAllGather, group, StreamKind::kDp, bytes, &gathered);
         g.pass = pass.kind, g.micro_batch = pass.micro_batch, g.chunk = pass.chunk;
-        if (before_last_compute_ >= 0) g.waits_for = {before_last_compute_};  // one gathered copy ahead at most
-        gathered = add(std::move(g));
+        if (before_last_compute_ >= 0) g.waits_for.push_back(before_last_compute_);  // one gathered copy ahead at most
       };
       if (p_.data_ranks() > 1 || p_.offload) gather(CollectiveRole::kWeightGather, GroupKind::kDp, stage_weight_bytes_);
       if (expert_weight_bytes_ > 0 && p_.expert_data_ranks() > 1)
         gather(CollectiveRole::kExpertWeights, GroupKind::kExpertDp, expert_weight_bytes_);
-      if (gathered >= 0) waits.push_back(gathered);
     }
     const bool needs_input = pass.kind == OpKind::kForward ? vs > 0 : pass.kind == OpKind::kBackward && vs < last_vs;
     if (needs_input) {
-      ProgramOp r;
-      r.type = ProgramOpType::kRecv, r.pass = pass.kind, r.micro_batch = pass.micro_batch, r.chunk = pass.chunk;
+      ProgramOp& r = append(ProgramOpType::kRecv, StreamKind::kPpRecv, &received);
+      r.pass = pass.kind, r.micro_batch = pass.micro_batch, r.chunk = pass.chunk;
       r.peer = static_cast<int32_t>((pass.kind == OpKind::kForward ? vs - 1 : vs + 1) % p_.pp);
-      r.stream = StreamKind::kPpRecv, r.bytes = prog_.boundary_bytes;
-      if (last_compute_ >= 0) r.waits_for = {last_compute_};  // posted once the previous op is done
-      waits.push_back(add(std::move(r)));
+      r.bytes = prog_.boundary_bytes;
+      if (last_compute_ >= 0) r.waits_for.push_back(last_compute_);  // posted once the previous op is done
     }
-    ProgramOp c;
-    c.type = ProgramOpType::kCompute, c.pass = pass.kind, c.micro_batch = pass.micro_batch, c.chunk = pass.chunk;
-    const bool split = splits_weight_gradients(p_.schedule);
-    const bool with_w = pass.kind == OpKind::kBackward && !split;
-    const double dense = d(chunk_dense_layers(m_, p_, stage_, pass.chunk)), rest = d(prog_.chunk_layers[stage_]) - dense;
-    for (const auto& [layers, tp] : {std::pair{rest, tp_}, std::pair{dense, tp_dense_}}) {
-      const TpTraffic& own = tp[static_cast<int>(pass.kind)];
-      const TpTraffic& w = tp[static_cast<int>(OpKind::kWeight)];
-      c.bytes += layers * (own.count * own.bytes + (with_w ? w.count * w.bytes : 0.0));
-      c.sent_bytes += layers * (own.sent_bytes + (with_w ? w.sent_bytes : 0.0));
-    }
-    c.waits_for = waits;
-    c.frees_activations = releases_activations(pass.kind, p_.schedule);
     before_last_compute_ = last_compute_;
-    last_compute_ = add(std::move(c));
+    ProgramOp& c = append(ProgramOpType::kCompute, StreamKind::kCompute, &last_compute_);
+    c.pass = pass.kind, c.micro_batch = pass.micro_batch, c.chunk = pass.chunk;
+    const auto& [bytes, sent] = pass_tp_[static_cast<size_t>(pass.chunk * 3 + static_cast<int>(pass.kind))];
+    c.bytes = bytes, c.sent_bytes = sent;
+    for (int32_t w : blocking_) c.waits_for.push_back(w);
+    blocking_.clear();
+    if (gathered >= 0) c.waits_for.push_back(gathered);
+    if (received >= 0) c.waits_for.push_back(received);
+    c.frees_activations = releases_activations(pass.kind, p_.schedule);
     const int64_t to = send_target(p_, pass.kind, pass.chunk, stage_);
     if (to >= 0) {
-      ProgramOp s;
-      s.type = ProgramOpType::kSend, s.pass = pass.kind, s.micro_batch = pass.micro_batch, s.chunk = pass.chunk;
-      s.peer = static_cast<int32_t>(to % p_.pp), s.stream = StreamKind::kPpSend;
-      s.bytes = s.sent_bytes = prog_.boundary_bytes;
-      s.waits_for = {last_compute_};
-      const int32_t id = add(std::move(s));
+      int32_t id;
+      ProgramOp& snd = append(ProgramOpType::kSend, StreamKind::kPpSend, &id);
+      snd.pass = pass.kind, snd.micro_batch = pass.micro_batch, snd.chunk = pass.chunk;
+      snd.peer = static_cast<int32_t>(to % p_.pp);
+      snd.bytes = snd.sent_bytes = prog_.boundary_bytes;
+      snd.waits_for.push_back(last_compute_);
       if (!p_.execution.overlap_p2p) blocking_.push_back(id);  // Megatron's blocking send/recv pairs
     }
     return last_compute_;
@@ -241,11 +253,12 @@ class StageBuilder {
     const LayerParams lp = layer_params(m_);
     const bool last = virtual_stage(stage_, chunk, p_.pp) == p_.pp * p_.virtual_stages - 1;
     const double params = d(prog_.chunk_layers[stage_]) * d(lp.replicated) + (last ? d(edge_params(m_).final_norm) : 0.0);
-    ProgramOp n = collective(CollectiveRole::kNormGradients, Collective::kAllReduce, GroupKind::kTp, StreamKind::kDp,
-                             params * bytes_per_param(p_).gradients);
+    int32_t id;
+    ProgramOp& n = collective(CollectiveRole::kNormGradients, Collective::kAllReduce, GroupKind::kTp, StreamKind::kDp,
+                              params * bytes_per_param(p_).gradients, &id);
     n.chunk = static_cast<int32_t>(chunk), n.micro_batch = micro_batch;
-    n.waits_for = {after};
-    return add(std::move(n));
+    n.waits_for.push_back(after);
+    return id;
   }
 
   bool sp_norms() const { return p_.sequence_parallel && p_.tp > 1; }
@@ -254,29 +267,31 @@ class StageBuilder {
   // Returns the op the reduction ends with.
   int32_t add_replica_reduce(int32_t rs) {
     if (!p_.hybrid_sharding()) return rs;
-    const ProgramOp& from = out_.ops[rs];
-    ProgramOp r = collective(CollectiveRole::kReplicaReduce, Collective::kAllReduce, GroupKind::kDpReplica,
-                             StreamKind::kDp, from.bytes / d(p_.shard_degree()));
+    const ProgramOp from = out_.ops[rs];  // a copy: appending may move the ops
+    int32_t id;
+    ProgramOp& r = collective(CollectiveRole::kReplicaReduce, Collective::kAllReduce, GroupKind::kDpReplica,
+                              StreamKind::kDp, from.bytes / d(p_.shard_degree()), &id);
     r.micro_batch = from.micro_batch, r.chunk = from.chunk, r.bucket = from.bucket;
-    r.waits_for = {rs};
-    return add(std::move(r));
+    r.waits_for.push_back(rs);
+    return id;
   }
 
   // ZeRO-2/3: each releasing op's gradients are reduce-scattered into the shards right away.
   void add_shard_reduction(const PipelineOp& pass, int32_t compute) {
     OpWaits waits = {compute};
     if (sp_norms()) waits.push_back(add_norm_gradients(pass.chunk, pass.micro_batch, compute));
-    ProgramOp rs = collective(CollectiveRole::kGradientShard, Collective::kReduceScatter, GroupKind::kDp,
-                              StreamKind::kDp, stage_grad_bytes_);
+    int32_t id;
+    ProgramOp& rs = collective(CollectiveRole::kGradientShard, Collective::kReduceScatter, GroupKind::kDp,
+                               StreamKind::kDp, stage_grad_bytes_, &id);
     rs.micro_batch = pass.micro_batch, rs.chunk = pass.chunk;
     rs.waits_for = waits;
-    int32_t id = add_replica_reduce(add(std::move(rs)));
+    id = add_replica_reduce(id);
     if (expert_grad_bytes_ > 0 && p_.expert_data_ranks() > 1) {  // EP: the experts over their own ranks
-      ProgramOp e = collective(CollectiveRole::kExpertGradients, Collective::kReduceScatter, GroupKind::kExpertDp,
-                               StreamKind::kDp, expert_grad_bytes_);
+      // after the dense reduction on the same stream
+      ProgramOp& e = collective(CollectiveRole::kExpertGradients, Collective::kReduceScatter, GroupKind::kExpertDp,
+                                StreamKind::kDp, expert_grad_bytes_, &id);
       e.micro_batch = pass.micro_batch, e.chunk = pass.chunk;
       e.waits_for = waits;
-      id = add(std::move(e));  // after the dense reduction on the same stream
     }
     if (!p_.execution.overlap_grad_reduce) blocking_.push_back(id);
   }
@@ -291,10 +306,11 @@ class StageBuilder {
   // gradient aside until this op, then reduce it into the shards.
   int32_t add_embedding_gradients(int32_t after, int64_t chunk) {
     const double bytes = d(edge_params(m_).token_embedding) / d(p_.tp) * bytes_per_param(p_).gradients;
-    ProgramOp e = collective(CollectiveRole::kEmbedding, Collective::kAllReduce, GroupKind::kEmbedding, StreamKind::kDp, bytes);
+    int32_t id;
+    ProgramOp& e = collective(CollectiveRole::kEmbedding, Collective::kAllReduce, GroupKind::kEmbedding, StreamKind::kDp, bytes, &id);
     e.chunk = static_cast<int32_t>(chunk);
-    e.waits_for = {after};
-    return add(std::move(e));
+    e.waits_for.push_back(after);
+    return id;
   }
 
   // A chunk's gradients are complete after op `producer`: SP norms, the tied embedding, then its
@@ -305,32 +321,32 @@ class StageBuilder {
     if (ties_embedding(chunk)) prior.push_back(add_embedding_gradients(producer, chunk));
     if (p_.data_ranks() < 2) return;
     const Collective c = p_.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
+    int32_t id;
     if (expert_grad_bytes_ > 0 && p_.expert_data_ranks() > 1) {  // EP: the experts' own reduction first
-      ProgramOp b = collective(CollectiveRole::kExpertGradients, c, GroupKind::kExpertDp, StreamKind::kDp,
-                               expert_grad_bytes_ / d(p_.virtual_stages));
+      ProgramOp& b = collective(CollectiveRole::kExpertGradients, c, GroupKind::kExpertDp, StreamKind::kDp,
+                                expert_grad_bytes_ / d(p_.virtual_stages), &id);
       b.chunk = static_cast<int32_t>(chunk);
-      b.waits_for = {producer};
-      add(std::move(b));
+      b.waits_for.push_back(producer);
     }
     for (int64_t k = 0; k < buckets_; ++k) {
-      ProgramOp b = collective(CollectiveRole::kGradientBucket, c, GroupKind::kDp, StreamKind::kDp,
-                               stage_grad_bytes_ / d(p_.virtual_stages) / d(buckets_));
+      ProgramOp& b = collective(CollectiveRole::kGradientBucket, c, GroupKind::kDp, StreamKind::kDp,
+                                stage_grad_bytes_ / d(p_.virtual_stages) / d(buckets_), &id);
       b.chunk = static_cast<int32_t>(chunk), b.bucket = static_cast<int32_t>(chunk * buckets_ + k);
-      b.waits_for = {producer};
+      b.waits_for.push_back(producer);
       b.first_wait_fraction = p_.execution.overlap_grad_reduce ? static_cast<float>(d(k + 1) / d(buckets_)) : 1.0f;
       if (k == buckets_ - 1)
         for (int32_t op : prior) b.waits_for.push_back(op);
-      if (p_.zero >= 1) add_replica_reduce(add(std::move(b)));
-      else add(std::move(b));
+      if (p_.zero >= 1) add_replica_reduce(id);
     }
   }
 
   void add_optimizer() {
-    ProgramOp o;
-    o.type = ProgramOpType::kOptimizer;
-    for (StreamKind s : {StreamKind::kTp, StreamKind::kPpSend, StreamKind::kDp})
-      if (last_on_[static_cast<int>(s)] >= 0) o.waits_for.push_back(last_on_[static_cast<int>(s)]);
-    const int32_t opt = add(std::move(o));
+    const int32_t tp = last_on_[static_cast<int>(StreamKind::kTp)], send = last_on_[static_cast<int>(StreamKind::kPpSend)],
+                  dp = last_on_[static_cast<int>(StreamKind::kDp)];
+    int32_t opt;
+    ProgramOp& o = append(ProgramOpType::kOptimizer, StreamKind::kCompute, &opt);
+    for (int32_t w : {tp, send, dp})
+      if (w >= 0) o.waits_for.push_back(w);
     if (!p_.execution.overlap_param_gather) add_weight_gathers(opt);
   }
 
@@ -340,18 +356,18 @@ class StageBuilder {
   void add_weight_gathers(int32_t after) {
     if (p_.data_ranks() < 2 || (p_.zero != 1 && p_.zero != 2)) return;
     if (expert_weight_bytes_ > 0 && p_.expert_data_ranks() > 1) {
-      ProgramOp g = collective(CollectiveRole::kExpertWeights, Collective::kAllGather, GroupKind::kExpertDp,
-                               StreamKind::kDp, expert_weight_bytes_);
-      if (after >= 0) g.waits_for = {after};
-      add(std::move(g));
+      int32_t id;
+      ProgramOp& g = collective(CollectiveRole::kExpertWeights, Collective::kAllGather, GroupKind::kExpertDp,
+                                StreamKind::kDp, expert_weight_bytes_, &id);
+      if (after >= 0) g.waits_for.push_back(after);
     }
     const int64_t total = p_.virtual_stages * buckets_;
     for (int64_t k = 0; k < total; ++k) {
-      ProgramOp g = collective(CollectiveRole::kWeightBucket, Collective::kAllGather, GroupKind::kDp, StreamKind::kDp,
-                               stage_weight_bytes_ / d(total));
+      int32_t id;
+      ProgramOp& g = collective(CollectiveRole::kWeightBucket, Collective::kAllGather, GroupKind::kDp, StreamKind::kDp,
+                                stage_weight_bytes_ / d(total), &id);
       g.bucket = static_cast<int32_t>(k);
-      if (after >= 0) g.waits_for = {after};
-      const int32_t id = add(std::move(g));
+      if (after >= 0) g.waits_for.push_back(after);
       if (after < 0 && k == 0) blocking_.push_back(id);
     }
   }
@@ -363,6 +379,8 @@ class StageBuilder {
   double stage_grad_bytes_ = 0, stage_weight_bytes_ = 0;    // dense (all, without EP)
   double expert_grad_bytes_ = 0, expert_weight_bytes_ = 0;  // EP: the experts'
   TpTraffic tp_[3], tp_dense_[3];
+  int64_t group_size_[kGroupKinds] = {};
+  std::vector<std::pair<double, double>> pass_tp_;  // pass_tp_bytes by (chunk, pass)
   StageProgram out_;
   int32_t last_compute_ = -1, before_last_compute_ = -1;
   int32_t last_on_[5] = {-1, -1, -1, -1, -1};

@@ -70,6 +70,7 @@ class OpWaits {
     if (n_ == kMax) throw std::logic_error("an op waits for more than 4 ops");
     at_[n_++] = op;
   }
+  void clear() { n_ = 0; }
   size_t size() const { return n_; }
   bool empty() const { return n_ == 0; }
   int32_t operator[](size_t i) const { return at_[i]; }

@@ -115,6 +115,7 @@ Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
   g.optimizer_efficiency = f.optional_number("optimizer_efficiency").value_or(g.memory_efficiency);
   if (f.ok() && g.optimizer_efficiency > 1.0) f.fail("optimizer_efficiency", "is a fraction and must be <= 1");
   g.reserved_gib = f.required_number("reserved_gib", /*allow_zero=*/true);
+  g.power_class = f.optional_string("power_class").value_or(g.name);
   require_source(f);
   if (f.ok() && g.reserved_gib >= g.hbm_gib) f.fail("reserved_gib", "must be less than hbm_gib");
   f.reject_unknown_keys({"source"});
@@ -177,12 +178,14 @@ Result<ClusterSpec> cluster_from_json(const nlohmann::json& j, const std::string
   const nlohmann::json& node = f.required_object("node");
   const nlohmann::json& network = f.required_object("network");
   const nlohmann::json& host = f.required_object("host");
+  const std::optional<std::string> calibration = f.optional_string("calibration");
   f.reject_unknown_keys({"source"});
   if (!f.ok()) return Error{f.error()};
   for (Status s : {read_gpu(gpu, where, c.gpu), read_node(node, where, c.node),
                    read_network(network, where, c.network), read_host(host, where, c.host)}) {
     if (!s.ok()) return Error{s.error()};
   }
+  c.calibration_ref = calibration.value_or("");
   return c;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 
 #include "models/layer_cost.h"
 #include "models/status.h"
+#include "simulator/calibration.h"
 
 namespace parallax {
 
@@ -46,6 +48,13 @@ struct GpuSpec {
   double memory_efficiency = 0;           // fraction of HBM bandwidth elementwise kernels reach
   double optimizer_efficiency = 0;        // the same for the optimizer's passes (default: memory_efficiency)
   double reserved_gib = 0;                // CUDA context, NCCL and cuBLAS workspaces
+  // Which calibrated sustained fraction applies (GPUs of one die at one power limit share one);
+  // default: the GPU's name.
+  std::string power_class;
+  // Set by apply_calibration (calibration.h); 1 = the measured rates as they are.
+  double sustained_tensor_fraction = 1;  // GEMM and attention rates sustained in training
+  double fp8_gemm_fraction = 1;          // FP8 GEMMs' efficiency over bf16's at the same shape
+  double grouped_gemm_fraction = 1;      // MoE experts' grouped GEMMs over a dense GEMM's rate
 
   double peak_flops(Precision p) const;
   double hbm_bytes() const { return hbm_gib * 1073741824.0; }
@@ -80,6 +89,15 @@ struct ClusterSpec {
   NetworkSpec network;
   HostSpec host;
   int64_t max_nodes = 0;  // 0: as many as a plan asks for
+  // The calibration the cluster file names ("calibration": NAME or PATH; "" or "none": none). The
+  // tools apply it (tools/cli.h load_cluster_or_fail); the library prices the physics alone until
+  // apply_calibration (calibration.h) sets:
+  std::string calibration_ref;
+  Calibration calibration;
+  double chunk_pass_overhead_s = 0;  // host time per forward or backward of one micro-batch on one stage
+  double tp_overlap_exposed = 1;     // share of overlapped TP collectives (tp_comm_overlap) still exposed
+  double collective_efficiency = 1;  // of the measured bus bandwidth a step's collectives get
+  std::map<std::string, double> layer_gap_s;  // framework family -> GPU idle per layer pass
 };
 
 // "" if `plan` can run on the cluster's GPU, else why not in one line (FP8 on a GPU without FP8).

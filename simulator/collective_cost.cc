@@ -18,18 +18,19 @@ GroupPlacement place_group(int64_t size, int64_t stride, int64_t gpus_per_node) 
 LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g) {
   LinkTier link;
   link.intra_latency_s = c.node.latency_us * 1e-6;
-  link.intra_busbw_Bps = c.node.busbw_gbps * 1e9;
+  const double eff = c.collective_efficiency;  // calibrated (calibration.h); 1 = the measured busbw
+  link.intra_busbw_Bps = eff * c.node.busbw_gbps * 1e9;
   link.nodes = g.nodes;
   link.ranks_per_node = g.ranks_per_node;
   if (g.nodes <= 1) {
-    link.busbw_Bps = c.node.busbw_gbps * 1e9;
+    link.busbw_Bps = eff * c.node.busbw_gbps * 1e9;
     link.latency_s = c.node.latency_us * 1e-6;
     link.sms = c.node.nccl_sms;
     return link;
   }
   double bw = std::min(c.node.busbw_gbps, static_cast<double>(g.ranks_per_node) * c.network.bw_per_gpu_gbps);
   if (c.network.nodes_per_leaf > 0 && g.nodes > c.network.nodes_per_leaf) bw /= c.network.oversubscription;
-  link.busbw_Bps = bw * 1e9;
+  link.busbw_Bps = eff * bw * 1e9;
   link.latency_s = c.network.latency_us * 1e-6;
   link.crosses_nodes = true;
   link.sms = c.network.nccl_sms;

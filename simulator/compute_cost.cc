@@ -25,11 +25,12 @@ double gemm_efficiency(const GpuSpec& gpu, const Gemm& g) {
 
 double gemm_time_s(const GpuSpec& gpu, Precision p, const Gemm& g) {
   if (g.flops() <= 0) return 0;
-  return g.flops() / (gpu.peak_flops(p) * gemm_efficiency(gpu, g));
+  const double sustained = gpu.sustained_tensor_fraction * (p == Precision::kFp8 ? gpu.fp8_gemm_fraction : 1.0);
+  return g.flops() / (gpu.peak_flops(p) * gemm_efficiency(gpu, g) * sustained);
 }
 
 double flash_attention_time_s(const GpuSpec& gpu, Precision p, double flops) {
-  return flops / (gpu.peak_flops(p) * gpu.flash_attention_efficiency);
+  return flops / (gpu.peak_flops(p) * gpu.flash_attention_efficiency * gpu.sustained_tensor_fraction);
 }
 
 namespace {
@@ -55,9 +56,9 @@ AttentionTimes attention_times(const GpuSpec& gpu, Precision p, const std::strin
     const double fwd = flash_attention_time_s(gpu, p, forward_flops);
     return {fwd, 2.5 * fwd, false};
   }
-  const double s = static_cast<double>(seq_len);
-  return {forward_flops / (interpolate_log2(best->seq_len, best->fwd_tflops, s) * 1e12),
-          2.5 * forward_flops / (interpolate_log2(best->seq_len, best->bwd_tflops, s) * 1e12), true};
+  const double s = static_cast<double>(seq_len), tflops = 1e12 * gpu.sustained_tensor_fraction;
+  return {forward_flops / (interpolate_log2(best->seq_len, best->fwd_tflops, s) * tflops),
+          2.5 * forward_flops / (interpolate_log2(best->seq_len, best->bwd_tflops, s) * tflops), true};
 }
 
 double memory_time_s(const GpuSpec& gpu, double bytes) {

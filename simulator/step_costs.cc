@@ -46,8 +46,11 @@ GemmTimes gemm_times(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
   for (const Gemm& g : layer_gemms(m, shape)) {
     const bool core = is_core(g.name);
     const Precision prec = core || std::string_view(g.name) == "router" ? base : plan.precision;
-    const double fwd = gemm_time_s(c.gpu, prec, g), dx = gemm_time_s(c.gpu, prec, input_gradient_gemm(g)),
-                 dw = gemm_time_s(c.gpu, prec, weight_gradient_gemm(g));
+    // The routed experts' GEMMs run grouped, at the calibrated share of a dense GEMM's rate.
+    const std::string_view name(g.name);
+    const double grouped = m.is_moe() && (name == "fc1" || name == "fc2") ? 1.0 / c.gpu.grouped_gemm_fraction : 1.0;
+    const double fwd = grouped * gemm_time_s(c.gpu, prec, g), dx = grouped * gemm_time_s(c.gpu, prec, input_gradient_gemm(g)),
+                 dw = grouped * gemm_time_s(c.gpu, prec, weight_gradient_gemm(g));
     if (!core) {
       if (prec == Precision::kFp8) {
         t.fp8_forward_bytes += cast * d(g.m) * d(g.k) * d(g.batch);
@@ -200,8 +203,10 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const double mlp_msg = m.is_moe() ? d(m.experts_per_token) * tp_msg * d(mlp_ranks) / d(plan.tp) : tp_msg;
   const LinkTier link = group_link(c, plan, GroupKind::kTp);
   const LinkTier mlp_link = group_link(c, place_group(mlp_ranks, 1, c.node.gpus));
+  // Overlapped with the GEMMs (userbuffers, async TP), the calibrated share stays exposed.
+  const double exposed = plan.execution.tp_comm_overlap ? c.tp_overlap_exposed : 1.0;
   auto pair_s = [&](Collective op) {
-    return collective_time_s(op, tp_msg, plan.tp, link) + collective_time_s(op, mlp_msg, mlp_ranks, mlp_link);
+    return exposed * (collective_time_s(op, tp_msg, plan.tp, link) + collective_time_s(op, mlp_msg, mlp_ranks, mlp_link));
   };
   const double ar_pair_s = pair_s(Collective::kAllReduce);
 
@@ -290,11 +295,13 @@ LinkTier group_link(const ClusterSpec& c, const Plan& plan, GroupKind kind) {
 OpCosts::OpCosts(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
     : m_(m), c_(c), p_(plan), layer_(layer_timing(m, c, plan)), edge_(edge_timing(m, c, plan)),
       p2p_(pipeline_transfer(m, c, plan)) {
-  if (m.dense_layers > 0) dense_layer_ = layer_timing(dense_layer_model(m), c, plan);
+  if (m.has_dense_layers()) dense_layer_ = layer_timing(dense_layer_model(m), c, plan);  // leading or interleaved
   for (int64_t s = 0; s < plan.pp; ++s) {
     layers_.push_back(d(plan.chunk_layers(m.layers, s).count));
     for (int64_t k = 0; k < plan.virtual_stages; ++k) dense_.push_back(d(chunk_dense_layers(m, plan, s, k)));
   }
+  if (auto it = c.layer_gap_s.find(framework_family(plan.execution.framework)); it != c.layer_gap_s.end())
+    layer_gap_s_ = it->second;
   const RankGrid grid(plan);
   for (int k = 0; k < kGroupKinds; ++k) {
     group_size_[k] = grid.group_size(static_cast<GroupKind>(k));
@@ -308,17 +315,21 @@ double OpCosts::over_layers(const ProgramOp& op, int64_t stage, double LayerTimi
   return (layers_[stage] - dense) * layer_.*field + (dense > 0 ? dense * dense_layer_.*field : 0.0);
 }
 
+double OpCosts::chunk_fixed_s(int64_t stage) const {
+  return c_.chunk_pass_overhead_s + layers_[static_cast<size_t>(stage)] * layer_gap_s_;
+}
+
 double OpCosts::compute_s(const ProgramOp& op, int64_t stage) const {
   const int64_t vs = virtual_stage(stage, op.chunk, p_.pp);
   const bool first = vs == 0, last = vs == p_.pp * p_.virtual_stages - 1, split = splits_weight_gradients(p_.schedule);
   switch (op.pass) {
     case OpKind::kForward:
       return over_layers(op, stage, &LayerTiming::forward_s) + (first ? edge_.first_forward_s : 0) +
-             (last ? edge_.last_forward_s : 0) + p_.execution.microbatch_overhead_us * 1e-6;
+             (last ? edge_.last_forward_s : 0) + p_.execution.microbatch_overhead_us * 1e-6 + chunk_fixed_s(stage);
     case OpKind::kBackward:
       return over_layers(op, stage, &LayerTiming::backward_input_s) +
              (split ? 0 : over_layers(op, stage, &LayerTiming::backward_weight_s)) + (first ? edge_.first_backward_s : 0) +
-             (last ? edge_.last_backward_input_s + (split ? 0 : edge_.last_backward_weight_s) : 0);
+             (last ? edge_.last_backward_input_s + (split ? 0 : edge_.last_backward_weight_s) : 0) + chunk_fixed_s(stage);
     case OpKind::kWeight:
       return over_layers(op, stage, &LayerTiming::backward_weight_s) + (last ? edge_.last_backward_weight_s : 0);
   }

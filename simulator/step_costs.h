@@ -86,6 +86,8 @@ class OpCosts {
  private:
   double compute_s(const ProgramOp& op, int64_t stage) const;
   double over_layers(const ProgramOp& op, int64_t stage, double LayerTiming::*field) const;
+  // The calibrated host cost of one forward or backward chunk-pass: per pass and per layer.
+  double chunk_fixed_s(int64_t stage) const;
 
   const ModelSpec& m_;
   const ClusterSpec& c_;
@@ -93,6 +95,7 @@ class OpCosts {
   LayerTiming layer_, dense_layer_;  // an MoE model's own layers; its leading dense ones
   EdgeTiming edge_;
   P2pCost p2p_;
+  double layer_gap_s_ = 0;      // the calibration's, for the plan's framework family
   std::vector<double> layers_;  // per stage: layers of each chunk
   std::vector<double> dense_;   // per (stage, chunk): its leading dense layers
   int64_t group_size_[kGroupKinds] = {};  // by GroupKind

@@ -23,9 +23,15 @@ class TaskGraph {
   // `tag`: what the task stands for, for whoever built the graph (lowering: the op's index).
   // `sm_share`: the fraction of the rank's SMs the task occupies while it runs (a collective's
   // NCCL CTAs); the rank's compute stream runs that much slower meanwhile (engine.h).
-  TaskId add_task(StreamId stream, double duration_s, int32_t tag = -1, float sm_share = 0);
+  TaskId add_task(StreamId stream, double duration_s, int32_t tag = -1, float sm_share = 0) {
+    duration_s_.push_back(duration_s);
+    tag_.push_back(tag);
+    sm_share_.push_back(sm_share);
+    stream_.push_back(stream);
+    return static_cast<TaskId>(duration_s_.size() - 1);
+  }
   // `after` starts no earlier than `before` finishes.
-  void add_dependency(TaskId before, TaskId after);
+  void add_dependency(TaskId before, TaskId after) { edges_.emplace_back(before, after); }
   void reserve(size_t tasks, size_t dependencies);
 
   size_t task_count() const { return duration_s_.size(); }

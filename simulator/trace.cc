@@ -1,5 +1,7 @@
 #include "simulator/trace.h"
 
+#include "simulator/html_chart.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -39,20 +41,6 @@ std::string fmt(double v) {
 
 }  // namespace
 
-static std::string xml_escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 std::string pipeline_svg(const TaskGraph& g, const Timeline& tl, const std::string& title,
                         const std::function<SvgTask(TaskId)>& describe) {
   int32_t ranks = 0;
@@ -63,7 +51,7 @@ std::string pipeline_svg(const TaskGraph& g, const Timeline& tl, const std::stri
   std::ostringstream svg;
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + width + 20 << "\" height=\"" << height
       << "\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text x=\"" << left << "\" y=\"20\" font-size=\"13\">" << xml_escape(title) << "</text>\n";
+      << "<text x=\"" << left << "\" y=\"20\" font-size=\"13\">" << html::escape(title) << "</text>\n";
   for (int32_t r = 0; r < ranks; ++r)
     svg << "<text x=\"4\" y=\"" << top + r * row + 16 << "\">stage " << r << "</text>\n";
   for (size_t i = 0; i < g.task_count(); ++i) {
@@ -75,7 +63,7 @@ std::string pipeline_svg(const TaskGraph& g, const Timeline& tl, const std::stri
     const double x = left + tl.start_s[t] * scale, w = std::max(0.3, (tl.finish_s[t] - tl.start_s[t]) * scale);
     svg << "<rect x=\"" << fmt(x) << "\" y=\"" << y << "\" width=\"" << fmt(w) << "\" height=\"" << h
         << "\" fill=\"" << colour(task.kind) << (w > 4 ? "\" stroke=\"white\" stroke-width=\"0.5" : "")
-        << "\"><title>" << xml_escape(task.name) << "</title></rect>\n";
+        << "\"><title>" << html::escape(task.name) << "</title></rect>\n";
   }
   const double axis = top + ranks * row + 5, step = tick_step(span);
   svg << "<line x1=\"" << left << "\" y1=\"" << axis << "\" x2=\"" << left + width << "\" y2=\"" << axis

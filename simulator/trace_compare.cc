@@ -108,6 +108,9 @@ TraceSummary summarise(const std::vector<Event>& events, const nlohmann::json& t
   s.bubble_fraction = busy.empty() ? 0 : idle / static_cast<double>(busy.size());
   if (meta.contains("peak_memory_bytes") && meta["peak_memory_bytes"].is_number())
     s.peak_memory_bytes = meta["peak_memory_bytes"].get<double>();
+  const nlohmann::json band = meta.value("step_time_band_s", nlohmann::json());
+  if (band.is_array() && band.size() == 2 && band[0].is_number() && band[1].is_number())
+    s.band_low_s = band[0].get<double>(), s.band_high_s = band[1].get<double>();
   s.exposed_comm_s = exposed_communication(events);
   return s;
 }
@@ -181,12 +184,19 @@ std::string num(double x, const char* fmt = "%.6g") {
 }
 }  // namespace
 
+std::string TraceSummary::band_verdict(double measured_s) const {
+  return measured_s >= band_low_s && measured_s <= band_high_s ? "inside" : "outside";
+}
+
 std::string comparison_markdown(const Comparison& c) {
   std::ostringstream o;
   o << "| quantity | predicted | measured | error |\n|---|---:|---:|---:|\n"
     << "| step time (s) | " << num(c.predicted.step_time_s) << " | " << num(c.measured.step_time_s) << " | "
-    << pct(relative_error(c.predicted.step_time_s, c.measured.step_time_s)) << " |\n"
-    << "| bubble | " << pct(c.predicted.bubble_fraction).substr(1) << " | " << pct(c.measured.bubble_fraction).substr(1)
+    << pct(relative_error(c.predicted.step_time_s, c.measured.step_time_s)) << " |\n";
+  if (c.predicted.has_band())
+    o << "| step time 10-90% band (s) | " << num(c.predicted.band_low_s) << " - " << num(c.predicted.band_high_s) << " | "
+      << num(c.measured.step_time_s) << " | " << c.predicted.band_verdict(c.measured.step_time_s) << " |\n";
+  o << "| bubble | " << pct(c.predicted.bubble_fraction).substr(1) << " | " << pct(c.measured.bubble_fraction).substr(1)
     << " | |\n"
     << "| exposed communication (s) | " << num(c.predicted.exposed_comm_s) << " | " << num(c.measured.exposed_comm_s)
     << " | " << pct(relative_error(c.predicted.exposed_comm_s, c.measured.exposed_comm_s)) << " |\n"
@@ -204,8 +214,10 @@ std::string comparison_markdown(const Comparison& c) {
 
 nlohmann::json comparison_json(const Comparison& c) {
   auto summary = [](const TraceSummary& s) {
-    return nlohmann::json{{"step_time_s", s.step_time_s}, {"bubble_fraction", s.bubble_fraction},
-                          {"peak_memory_bytes", s.peak_memory_bytes}, {"exposed_comm_s", s.exposed_comm_s}};
+    nlohmann::json j{{"step_time_s", s.step_time_s}, {"bubble_fraction", s.bubble_fraction},
+                     {"peak_memory_bytes", s.peak_memory_bytes}, {"exposed_comm_s", s.exposed_comm_s}};
+    if (s.has_band()) j["step_time_band_s"] = {s.band_low_s, s.band_high_s};
+    return j;
   };
   nlohmann::json kinds = nlohmann::json::array(), ops = nlohmann::json::array();
   for (const KindSummary& k : c.kinds)

@@ -30,6 +30,11 @@ struct TraceSummary {
   double bubble_fraction = 0;  // as StepReport::bubble_fraction, from the F/B/W events
   double peak_memory_bytes = 0;  // from metadata, 0 when absent
   double exposed_comm_s = 0;     // communication events outside any compute event, per process (mean)
+  // The prediction's 10-90% band (simulate's calibration) from metadata; 0, 0 when absent.
+  double band_low_s = 0, band_high_s = 0;
+  bool has_band() const { return band_high_s > 0; }
+  // "inside" or "outside" the predicted band, for the measured step.
+  std::string band_verdict(double measured_s) const;
 };
 
 struct Comparison {

@@ -1,10 +1,13 @@
-// calibrate: measures this machine and writes a cluster description the simulator reads.
+// calibrate: measures this machine and writes a cluster description the simulator reads, or fits
+// the cost model's calibration parameters to measured runs.
 //   mpirun -np 2 calibrate [--quick] [--out cluster.json] [--name NAME]
 //   calibrate --device cuda [--base hgx-h200] [--quick] [--out cluster.json] [--name NAME]
+//   calibrate --runs RUNS.json|RUNS.csv [--runs MORE] [--cross-validate] [--out cal.json] [--table T.md]
 #include <fstream>
 #include <iostream>
 
 #include "runtime/calibration.h"
+#include "tools/calibrate_runs.h"
 #include "runtime/mpi_communicator.h"
 #include "simulator/cluster_spec.h"
 #include "simulator/trace.h"
@@ -75,4 +78,12 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace parallax
 
-int main(int argc, char** argv) { return parallax::run(argc, argv); }
+int main(int argc, char** argv) {
+  // Fitting to measured runs needs no MPI world.
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--runs" || std::string(argv[i]).rfind("--runs=", 0) == 0) {
+      parallax::cli::set_tool_name("calibrate");
+      return parallax::calibrate_runs(argc, argv);
+    }
+  return parallax::run(argc, argv);
+}

@@ -61,8 +61,31 @@ void parse(CLI::App& app, int argc, char** argv) {
 }
 
 ModelSpec load_model_or_fail(const std::string& name_or_path) { return value_or_fail(load_model(name_or_path)); }
-ClusterSpec load_cluster_or_fail(const std::string& name_or_path) {
-  return value_or_fail(load_cluster(name_or_path));
+ClusterSpec load_cluster_or_fail(const std::string& name_or_path, const std::string& calibration) {
+  ClusterSpec c = value_or_fail(load_cluster(name_or_path));
+  const std::string ref = calibration.empty() ? c.calibration_ref : calibration;
+  if (!ref.empty() && ref != "none") {
+    Result<Calibration> cal = load_calibration(ref);
+    if (!cal.ok()) fail((calibration.empty() ? c.name + ": calibration: " : "--calibration: ") + cal.error());
+    apply_calibration(c, *cal);
+  }
+  return c;
+}
+
+std::optional<StepBand> step_band_of(const ClusterSpec& c, const ModelSpec& m, const Plan& p, double step_s) {
+  return step_band(c.calibration, run_class(p.execution.framework, m.is_moe()), step_s);
+}
+
+std::string band_suffix(const std::optional<StepBand>& b, int decimals) {
+  return b ? " (" + fixed(b->low_s, decimals) + "-" + fixed(b->high_s, decimals) + ")" : "";
+}
+
+nlohmann::json band_json(const ClusterSpec& c, const ModelSpec& m, const Plan& p, double step_s, double mfu) {
+  const std::optional<StepBand> b = step_band_of(c, m, p, step_s);
+  if (!b) return nullptr;
+  // MFU is work over time: its band is the step band inverted.
+  return {{"step_time_s", {b->low_s, b->high_s}}, {"mfu", {mfu * step_s / b->high_s, mfu * step_s / b->low_s}},
+          {"class", b->run_class}, {"runs", b->runs}, {"calibration", c.calibration.name}};
 }
 
 Precision parse_precision_or_fail(const std::string& text) {
@@ -90,6 +113,9 @@ void add_execution_flags(CLI::App& app, ExecutionFlags& f) {
   app.add_option("--moe-capacity-factor", f.moe_capacity_factor, "MoE: tokens an expert takes, x the mean (0: dropless)");
   app.add_option("--fp8-recipe", f.fp8_recipe, "FP8 scaling: delayed (default) | current");
   app.add_flag("--fp8-param-gather", f.fp8_param_gather, "FP8: weights kept and all-gathered in FP8");
+  app.add_flag("--tp-comm-overlap", f.tp_comm_overlap, "TP collectives overlapped with GEMMs (userbuffers, async TP)");
+  app.add_option("--calibration", f.calibration,
+                 "calibration NAME (calibrations/), PATH, or none (default: the one the cluster file names)");
 }
 
 Execution execution_or_fail(const ExecutionFlags& f) {
@@ -116,6 +142,7 @@ Execution execution_or_fail(const ExecutionFlags& f) {
     e.fp8_recipe = f.fp8_recipe == "current" ? Fp8Recipe::kCurrent : Fp8Recipe::kDelayed;
   }
   if (f.fp8_param_gather) e.fp8_param_gather = true;
+  if (f.tp_comm_overlap) e.tp_comm_overlap = true;
   return e;
 }
 

@@ -47,7 +47,17 @@ T value_or_fail(Result<T> r) {
 }
 
 ModelSpec load_model_or_fail(const std::string& name_or_path);
-ClusterSpec load_cluster_or_fail(const std::string& name_or_path);
+// With the calibration `calibration` names (NAME, PATH or "none"), else the one the cluster file
+// names, applied.
+ClusterSpec load_cluster_or_fail(const std::string& name_or_path, const std::string& calibration = "");
+
+// The 10-90% band of a plan's step time under the cluster's calibration (simulator/calibration.h),
+// or none without a calibration with bands.
+std::optional<StepBand> step_band_of(const ClusterSpec& c, const ModelSpec& m, const Plan& p, double step_s);
+// " (lo-hi)" in seconds with `decimals`, or "" without a band.
+std::string band_suffix(const std::optional<StepBand>& b, int decimals);
+// {"step_time_s": [lo, hi], "mfu": [lo, hi], "class", "runs", "calibration"}, or null.
+nlohmann::json band_json(const ClusterSpec& c, const ModelSpec& m, const Plan& p, double step_s, double mfu);
 
 
 Precision parse_precision_or_fail(const std::string& text);
@@ -59,7 +69,8 @@ void require_format(const std::string& format, const std::vector<std::string>& a
 // --compile (torch.compile: fused kernels), --overlap-grad-reduce, --fp32-gradients.
 struct ExecutionFlags {
   std::string framework, cp_comm, fp8_recipe;
-  bool compile = false, overlap_grad_reduce = false, fp32_gradients = false, fp8_param_gather = false;
+  bool compile = false, overlap_grad_reduce = false, fp32_gradients = false, fp8_param_gather = false, tp_comm_overlap = false;
+  std::string calibration;  // --calibration: not an execution setting, but every pricing tool takes it
   double moe_imbalance = 0, moe_capacity_factor = -1;  // unset: the profile's
 };
 void add_execution_flags(CLI::App& app, ExecutionFlags& f);

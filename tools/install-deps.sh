@@ -9,6 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   python3 python3-numpy
+  chromium  # the HTML pages' test opens them in a headless browser (it skips without one)
 )
 if [[ "${1:-}" == "--fuzz" ]]; then PACKAGES+=(clang clang-14 libclang-rt-14-dev); fi
 missing=()

@@ -67,5 +67,17 @@ TEST(JsonFields, TypesAndRanges) {
   fails([](JsonFields& f) { (void)f.required_object("s"); }, "w: key 's': expected an object, got 3");
 }
 
+// Keys that switch something on and were never asked for: false, 0, "", [], {} and null switch
+// nothing on; a key asked for (even only through has()) is not reported.
+TEST(JsonFields, FirstUnreadSetKey) {
+  const nlohmann::json j = nlohmann::json::parse(
+      R"({"off":false,"zero":0,"empty":"","none":[],"null":null,"asked":8,"experts":8,"bias":true})");
+  JsonFields f(j, "w");
+  EXPECT_TRUE(f.has("asked"));
+  EXPECT_EQ(f.first_unread_set({"off", "zero", "empty", "none", "null", "asked", "missing"}), "");
+  EXPECT_EQ(f.first_unread_set({"off", "experts", "bias"}), "experts");
+  EXPECT_TRUE(f.ok());  // reporting is the caller's: the model reader fails with the key's name
+}
+
 }  // namespace
 }  // namespace parallax

@@ -96,6 +96,33 @@ TEST(Flops, MatchMegatronStepFormulas) {
   }
 }
 
+// What a causal flash kernel executes, against the model-FLOPs convention, for Llama-3.1-8B at
+// 131,072 tokens (L 32, h 4096, q 4096, kv 1024, f 14336, V 128256), 32 sequences:
+//   matmul weights per layer 4096 x (4096 + 2 x 1024 + 4096) + 3 x 4096 x 14336 = 218,103,808;
+//   attention core forward per token 2 s (q + o) = 2 x 131072 x 8192 = 2,147,483,648.
+//   Model (palm convention): 32 x 3 x (2 x 218,103,808 + 2,147,483,648) + 3 x 2 x 4096 x 128256
+//     = 248,034,361,344 + 3,152,019,456 = 251,186,380,800 per token.
+//   Executed: 1024 tiles of 128 a side, 1024 x 1025 / 2 computed: share 1025/2048; the core runs
+//     forward + 2.5 x backward = 3.5 x 2,147,483,648 x 1025/2048 = 3,761,766,400 per layer:
+//     32 x (1,308,622,848 + 3,761,766,400) + 3,152,019,456 = 165,404,475,392 per token (65.8%).
+//   Full recompute re-runs each forward as executed: + 32 x (436,207,616 + 1,074,790,400) =
+//     213,756,411,904; selective (the core): + 32 x 1,074,790,400 = 199,797,768,192.
+TEST(Flops, HardwareFlopsAreWhatTheCausalKernelExecutes) {
+  const ModelSpec m = load("llama3.1-8b");
+  const double s = 131072, B = 32;
+  EXPECT_DOUBLE_EQ(attention_executed_fraction(131072, AttentionKernel::kFlash), 1025.0 / 2048);
+  EXPECT_DOUBLE_EQ(attention_executed_fraction(131072, AttentionKernel::kMaterialized), 1.0);
+  EXPECT_DOUBLE_EQ(attention_executed_fraction(4096, AttentionKernel::kFlash), 33.0 / 64);
+  EXPECT_DOUBLE_EQ(model_flops_per_step(m, 131072, 32), 251'186'380'800.0 * s * B);
+  const auto hw = [&](Recompute r) { return hardware_flops_per_step(m, 131072, 32, r, SelectiveRecompute::kAttentionCore, AttentionKernel::kFlash); };
+  EXPECT_DOUBLE_EQ(hw(Recompute::kNone), 165'404'475'392.0 * s * B);
+  EXPECT_DOUBLE_EQ(hw(Recompute::kFull), 213'756'411'904.0 * s * B);
+  EXPECT_DOUBLE_EQ(hw(Recompute::kSelective), 199'797'768'192.0 * s * B);
+  // Materialized attention computes the whole square: without recompute, hardware = model.
+  EXPECT_DOUBLE_EQ(hardware_flops_per_step(m, 131072, 32, Recompute::kNone), model_flops_per_step(m, 131072, 32));
+  EXPECT_NE(std::string(kModelFlopsConvention).find("full s x s attention"), std::string::npos);
+}
+
 // The published MFU of Korthikanti et al. Table 5 follows from model FLOPs, the measured iteration
 // time and 312 TFLOP/s per A100: 22B, B 4, 8 GPUs, 1.10 s -> 41.6% (published 41.5%); 175B, B 64,
 // 64 GPUs, 13.75 s -> 51.4%; 530B, B 280, 280 GPUs, 37.83 s -> 56.0%; 1T, B 512, 512 GPUs,

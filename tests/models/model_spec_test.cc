@@ -178,11 +178,12 @@ TEST(ModelSpec, MixtureOfExpertsFamilies) {
   big = nlohmann::json::parse(v3);
   big["qk_nope_head_dim"] = int64_t{1} << 62;
   EXPECT_FALSE(model_from_hf_config(big, "big").ok());
-  // Legality of the config: a dense layer among MoE ones is named.
-  EXPECT_FALSE(model_from_hf_config(nlohmann::json::parse(R"({"model_type": "qwen2_moe", "hidden_size": 64,
+  // Legality of the config: dense layers that leave no MoE one are named (tests/program/moe_layers_test.cc
+  // prices dense layers among MoE ones).
+  EXPECT_EQ(model_from_hf_config(nlohmann::json::parse(R"({"model_type": "qwen2_moe", "hidden_size": 64,
     "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
     "max_position_embeddings": 64, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
-    "mlp_only_layers": [1]})"), "x").ok());
+    "mlp_only_layers": [0, 1]})"), "x").error(), "x: key 'mlp_only_layers': leaves no MoE layer");
 }
 
 TEST(ModelSpec, ReadsArchitectureDetails) {
@@ -225,7 +226,9 @@ TEST(ModelSpec, ErrorsNameTheKey) {
   EXPECT_EQ(error(R"({"model_type":"gpt2","n_embd":-8,"n_layer":1,"n_head":1,"vocab_size":1,"n_positions":1})"),
             "x.json: key 'n_embd': must be >= 1, got -8");
   EXPECT_EQ(error(R"({"model_type":"bert"})"),
-            "x.json: key 'model_type': unsupported 'bert' (supported: gpt2, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, nemotron, qwen3, olmo2, olmo, gemma, gemma2, gemma3_text, phi3, internlm2, granite, minicpm, cohere, stablelm, gpt_neox, starcoder2)");
+            "x.json: key 'model_type': 'bert' is an encoder (or encoder-decoder) model; Parallax plans decoder-only transformers");
+  EXPECT_EQ(error(R"({"model_type":"falcon"})"),
+            "x.json: key 'model_type': unsupported 'falcon' (supported: gpt2, gpt_bigcode, gptj, phi-msft, mixtral, qwen2_moe, qwen3_moe, deepseek, deepseek_v2, deepseek_v3, llama4_text, llama, mistral, ministral, ministral3, qwen2, internlm, baichuan, orion, qwen, chatglm, nemotron, qwen3, olmo2, olmo, gemma, gemma2, gemma3_text, phi3, internlm2, granite, minicpm, cohere, stablelm, gpt_neox, starcoder2; multimodal configs through their text_config)");
   EXPECT_EQ(error(R"({"hidden_size":8})"), "x.json: key 'model_type': missing (and no known entry in 'architectures')");
   EXPECT_EQ(error(R"({"model_type":"llama","hidden_size":64,"intermediate_size":1,"num_hidden_layers":1,
                      "num_attention_heads":8,"num_key_value_heads":3,"vocab_size":1,"max_position_embeddings":1})"),

@@ -137,20 +137,125 @@ TEST(DeepSpeed, Config) {
   EXPECT_FALSE(deepspeed_config(p).ok());
 }
 
-// ZeRO-0 accumulates in fp32 already: no grad_accum_dtype (DeepSpeed refuses it there). A
-// pipeline's stage count lives in the model code: no pipeline.stages, a note instead.
+// Without ZeRO, DeepSpeed accumulates bf16 gradients in bf16 (engine.py _do_optimizer_sanity_check:
+// DDP_BF16, or BF16_Optimizer under a pipeline) and refuses grad_accum_dtype fp32: a plan priced
+// with fp32 gradients is refused, by the exporter and by --framework deepspeed. A pipeline's stage
+// count lives in the model code: no pipeline.stages, a note instead.
 TEST(DeepSpeed, WhatDeepSpeedReads) {
   Plan p;
   p.dp = 4, p.pp = 2, p.global_batch = 16, p.seq_len = 1024;
   p.execution.fp32_gradients = true;
+  EXPECT_EQ(deepspeed_config(p).error(), "--emit deepspeed: DeepSpeed without ZeRO accumulates bf16/fp16 gradients in their own "
+                                         "dtype, not fp32 as priced (fp32 gradients need zero >= 1)");
+  EXPECT_NE(framework_refusal("deepspeed", p, load("13b")), "");
+  p.execution.fp32_gradients = false;
   Result<nlohmann::json> j = deepspeed_config(p);
   ASSERT_TRUE(j.ok()) << j.error();
   EXPECT_FALSE(j->contains("data_types"));
-  EXPECT_EQ((*j)["communication_data_type"], "fp32");
   EXPECT_FALSE((*j)["pipeline"].contains("stages"));
-  EXPECT_NE(deepspeed_notes(p)[0].find("PipelineModule(num_stages=2"), std::string::npos);
+  EXPECT_NE(deepspeed_notes(p)[0].find("PipelineModule(layers, num_stages=2"), std::string::npos);
+  p.execution.fp32_gradients = true;
   p.zero = 1, p.pp = 1, p.dp = 8;
   EXPECT_EQ(deepspeed_config(p)->at("data_types")["grad_accum_dtype"], "fp32");
+}
+
+// TP x PP: deepspeed.initialize asserts mpu is None with a PipelineModule and takes its groups from
+// the module's topology, so the notes ask for PipeModelDataParallelTopology and the config leaves
+// AutoTP out (it would replace those groups). Ulysses with AutoTP or a pipeline is refused.
+TEST(DeepSpeed, TensorTimesPipelineUsesTheTopology) {
+  Plan p;
+  p.tp = 4, p.pp = 2, p.dp = 2, p.zero = 1, p.global_batch = 16, p.seq_len = 1024;
+  Result<nlohmann::json> j = deepspeed_config(p);
+  ASSERT_TRUE(j.ok()) << j.error();
+  EXPECT_FALSE(j->contains("tensor_parallel")) << j->dump();
+  const std::vector<std::string> notes = deepspeed_notes(p);
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes[0].find("topology=PipeModelDataParallelTopology(num_pp=2, num_mp=4, num_dp=2)"), std::string::npos) << notes[0];
+  for (const std::string& n : notes) EXPECT_EQ(n.find("mpu=..."), std::string::npos) << n;
+  p.pp = 1, p.dp = 4;
+  EXPECT_EQ((*deepspeed_config(p))["tensor_parallel"]["autotp_size"], 4);
+  Plan cp;
+  cp.tp = 2, cp.cp = 2, cp.dp = 2, cp.global_batch = 8, cp.seq_len = 4096;
+  cp.execution.cp_comm = CpComm::kAllToAll;
+  EXPECT_FALSE(deepspeed_config(cp).ok());
+  EXPECT_NE(framework_refusal("deepspeed", cp, load("13b")), "");
+  cp.tp = 1, cp.pp = 2, cp.dp = 2;
+  EXPECT_FALSE(deepspeed_config(cp).ok());
+  EXPECT_NE(framework_refusal("deepspeed", cp, load("13b")), "");
+}
+
+Plan small_plan() {
+  Plan p;
+  p.tp = 1, p.dp = 8, p.zero = 1, p.global_batch = 64, p.seq_len = 4096;
+  return p;
+}
+
+// DeepSeek-V3's router as its config states it: sigmoid scores, the aux-loss-free expert bias,
+// routed_scaling_factor 2.5, 8 groups of which 4 are chosen, and one MTP layer.
+TEST(Megatron, DeepSeekV3Router) {
+  Plan p = small_plan();
+  p.ep = 8;
+  Result<std::string> args = megatron_arguments(load("deepseek-v3"), p);
+  ASSERT_TRUE(args.ok()) << args.error();
+  for (const char* piece : {"--moe-router-score-function sigmoid", "--moe-router-enable-expert-bias",
+                            "--moe-router-bias-update-rate 0.001", "--moe-router-topk-scaling-factor 2.5",
+                            "--moe-router-num-groups 8", "--moe-router-group-topk 4", "--mtp-num-layers 1"})
+    EXPECT_TRUE(has(*args, piece)) << piece << "\n" << *args;
+  EXPECT_FALSE(has(*args, "--moe-router-pre-softmax"));
+}
+
+// Mixtral's balancing loss (router_aux_loss_coef 0.02); Qwen1.5-MoE's softmax over all experts
+// before the top-k (norm_topk_prob false) and its gated shared expert.
+TEST(Megatron, RouterLossAndSoftmax) {
+  Plan p = small_plan();
+  p.ep = 8;
+  Result<std::string> mixtral = megatron_arguments(load("mixtral-8x7b"), p);
+  ASSERT_TRUE(mixtral.ok()) << mixtral.error();
+  EXPECT_TRUE(has(*mixtral, "--moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff 0.02")) << *mixtral;
+  EXPECT_FALSE(has(*mixtral, "--moe-router-pre-softmax"));
+  p.ep = 4;
+  Result<std::string> qwen = megatron_arguments(load("qwen1.5-moe-a2.7b"), p);
+  ASSERT_TRUE(qwen.ok()) << qwen.error();
+  EXPECT_TRUE(has(*qwen, "--moe-router-pre-softmax")) << *qwen;
+  EXPECT_TRUE(has(*qwen, "--moe-shared-expert-gate")) << *qwen;
+}
+
+// Llama 3.1's rope scaling (factor 8, Megatron's fixed low/high frequency factors).
+TEST(Megatron, Llama31RopeScaling) {
+  for (const char* name : {"llama3.1-8b", "llama3.1-405b"}) {
+    Result<std::string> args = megatron_arguments(load(name), small_plan());
+    ASSERT_TRUE(args.ok()) << args.error();
+    EXPECT_TRUE(has(*args, "--use-rope-scaling --rope-scaling-factor 8")) << *args;
+  }
+  EXPECT_FALSE(has(*megatron_arguments(load("llama3-8b"), small_plan()), "--use-rope-scaling"));
+}
+
+// Gemma 2's MLP is GeGLU (gelu_pytorch_tanh gated); Megatron's command line gates only SiLU
+// (--swiglu) or quick-GELU: refused in one line rather than exported as SwiGLU.
+TEST(Megatron, RefusesGatedGelu) {
+  const nlohmann::json gemma2 = {
+      {"architectures", {"Gemma2ForCausalLM"}}, {"model_type", "gemma2"}, {"hidden_act", "gelu_pytorch_tanh"},
+      {"hidden_activation", "gelu_pytorch_tanh"}, {"hidden_size", 2304}, {"intermediate_size", 9216},
+      {"num_hidden_layers", 26}, {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"head_dim", 256},
+      {"vocab_size", 256000}, {"max_position_embeddings", 8192}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0},
+      {"attn_logit_softcapping", 50.0}, {"final_logit_softcapping", 30.0}, {"sliding_window", 4096},
+      {"query_pre_attn_scalar", 256}, {"attention_bias", false}, {"attention_dropout", 0.0}};
+  Result<ModelSpec> m = model_from_hf_config(gemma2, "gemma-2-2b");
+  ASSERT_TRUE(m.ok()) << m.error();
+  Result<std::string> args = megatron_arguments(*m, small_plan());
+  ASSERT_FALSE(args.ok()) << *args;
+  EXPECT_TRUE(has(args.error(), "GeGLU")) << args.error();
+  EXPECT_EQ(args.error().find('\n'), std::string::npos);
+  EXPECT_TRUE(deepspeed_config(small_plan()).ok());  // DeepSpeed runs the Hugging Face module as it is
+}
+
+// Without --framework the plan is priced with Parallax's defaults (bf16 gradients): the export
+// says so, and says fp32 when that was priced.
+TEST(Megatron, GradientDtypeAsPriced) {
+  Plan p = small_plan();
+  EXPECT_TRUE(has(*megatron_arguments(load("llama3-8b"), p), "--grad-reduce-in-bf16"));
+  p.execution.fp32_gradients = true;
+  EXPECT_TRUE(has(*megatron_arguments(load("llama3-8b"), p), "--accumulate-allreduce-grads-in-fp32"));
 }
 
 TEST(EvaluationJson, HasTheContractKeys) {

@@ -8,7 +8,7 @@ namespace parallax {
 namespace {
 
 TEST(ClusterSpec, BundledClustersLoad) {
-  for (const char* name : {"dgx-h100", "dgx-a100", "hgx-h200"}) {
+  for (const char* name : {"dgx-h100", "dgx-a100", "dgx-a100-40gb", "hgx-h200", "dgx-b200"}) {
     Result<ClusterSpec> c = load_cluster(name);
     ASSERT_TRUE(c.ok()) << c.error();
     EXPECT_EQ(c->node.gpus, 8) << name;
@@ -17,6 +17,26 @@ TEST(ClusterSpec, BundledClustersLoad) {
   EXPECT_DOUBLE_EQ(a100.gpu.peak_flops(Precision::kBf16), 312e12);
   EXPECT_DOUBLE_EQ(a100.network.bw_per_gpu_gbps, 25);  // 200 Gb/s HDR per GPU
   EXPECT_DOUBLE_EQ(load_cluster("dgx-h100").value().gpu.peak_flops(Precision::kFp32), 66.9e12);
+}
+
+// DGX B200 (clusters/dgx-b200.json): the datasheet peaks per GPU, dense. NVIDIA's HGX B200 table:
+// BF16 4.5 PFLOP/s sparse = 2,250 TFLOP/s dense, FP8 9 sparse = 4,500 dense, FP32 75; HBM3e
+// 183,359 MiB = 179.06 GiB visible at 8 TB/s (64 TB/s / 8); one 400 Gb/s ConnectX-7 per GPU =
+// 50 GB/s; NVLink 5 at 900 GB/s a direction x 0.82 (H100's ring busbw share, 370 / 450) = 740.
+TEST(ClusterSpec, DgxB200) {
+  Result<ClusterSpec> c = load_cluster("dgx-b200");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->node.gpus, 8);
+  EXPECT_DOUBLE_EQ(c->gpu.peak_flops(Precision::kBf16), 2250e12);
+  EXPECT_DOUBLE_EQ(c->gpu.peak_flops(Precision::kFp16), 2250e12);
+  EXPECT_DOUBLE_EQ(c->gpu.peak_flops(Precision::kFp8), 4500e12);
+  EXPECT_DOUBLE_EQ(c->gpu.peak_flops(Precision::kFp32), 75e12);
+  EXPECT_DOUBLE_EQ(c->gpu.hbm_gib, 179.06);
+  EXPECT_DOUBLE_EQ(c->gpu.hbm_gbps, 8000);
+  EXPECT_EQ(c->gpu.sm_count, 148);
+  EXPECT_EQ(c->gpu.power_class, "b200-sxm-1000w");
+  EXPECT_DOUBLE_EQ(c->network.bw_per_gpu_gbps, 50);
+  EXPECT_DOUBLE_EQ(c->node.busbw_gbps, 740);
 }
 
 TEST(ClusterSpec, RoundTestCluster) {

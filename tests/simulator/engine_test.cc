@@ -70,7 +70,10 @@ TEST(Engine, DeadlockIsAnError) {
   const TaskId b0 = g.add_task(b, 1, f(0)), b1 = g.add_task(b, 1, f(1));
   g.add_dependency(b1, a0);  // a waits for b's second task, b for a's second: a cycle
   g.add_dependency(a1, b0);
-  Result<Timeline> tl = run_tasks(g, [&](TaskId t) { return "T" + std::to_string(g.tag(t)); });
+  Result<Timeline> tl = run_tasks(g, [&](TaskId t) {
+    std::string name = "T";
+    return name += std::to_string(g.tag(t));
+  });
   ASSERT_FALSE(tl.ok());
   EXPECT_EQ(tl.error(), "deadlock: task 'T0' on rank 0 stream compute never becomes ready");
 }

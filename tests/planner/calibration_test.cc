@@ -1,0 +1,175 @@
+// The calibration parameters: each acts in its one place by the amount its unit says, the file
+// round-trips and refuses values outside the priors, bands are the residual quantiles, and the fit
+// recovers parameters that generated a set of runs.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "planner/calibration_fit.h"
+#include "planner/simulation.h"
+#include "simulator/compute_cost.h"
+
+namespace parallax {
+namespace {
+
+ModelSpec tiny() { return load_model("llama3-8b").value(); }
+
+// One stage, one data rank: the step is its compute ops in a row plus the optimizer, so fixed
+// costs per op add up exactly.
+Plan one_gpu(int64_t micro_batches) {
+  Plan p;
+  p.seq_len = 2048;
+  p.micro_batch = 1;
+  p.global_batch = micro_batches;
+  return p;
+}
+
+double step_s(const ModelSpec& m, const ClusterSpec& c, const Plan& p) {
+  return simulate_step(m, c, p).value().report.step_time_s;
+}
+
+TEST(Calibration, SustainedFractionScalesGemmTime) {
+  ClusterSpec c = load_cluster("dgx-h100").value();
+  const Gemm g{"fc1", 4096, 14336, 4096};
+  const double base = gemm_time_s(c.gpu, Precision::kBf16, g);
+  Calibration cal;
+  cal.name = "t";
+  cal.set(CalParam::kSustainedTensor, 0.8, c.gpu.power_class);
+  apply_calibration(c, cal);
+  // 0.8 of the rate: 1 / 0.8 = 1.25 x the time.
+  EXPECT_NEAR(gemm_time_s(c.gpu, Precision::kBf16, g) / base, 1.25, 1e-12);
+  // FP8 takes its own fraction on top: 1 / (0.8 x 0.9).
+  const double fp8 = gemm_time_s(c.gpu, Precision::kFp8, g);
+  cal.fp8_gemm = 0.9;
+  apply_calibration(c, cal);
+  EXPECT_NEAR(gemm_time_s(c.gpu, Precision::kFp8, g) / fp8, 1 / 0.9, 1e-12);
+  // An empty calibration restores the physics.
+  apply_calibration(c, Calibration{});
+  EXPECT_DOUBLE_EQ(gemm_time_s(c.gpu, Precision::kBf16, g), base);
+}
+
+TEST(Calibration, ChunkPassOverheadAndLayerGapAddPerPass) {
+  const ModelSpec m = tiny();
+  ClusterSpec c = load_cluster("dgx-h100").value();
+  const Plan p = one_gpu(4);
+  const double base = step_s(m, c, p);
+  Calibration cal;
+  cal.name = "t";
+  cal.chunk_pass_overhead_us = 500;
+  apply_calibration(c, cal);
+  // 4 micro-batches x (forward + backward) x 500 us = 4 ms.
+  EXPECT_NEAR(step_s(m, c, p) - base, 4 * 2 * 500e-6, 1e-9);
+  cal.chunk_pass_overhead_us = 0;
+  cal.set(CalParam::kLayerGap, 10, "megatron-family");
+  apply_calibration(c, cal);
+  // Parallax's default framework is Megatron-like: 4 x 2 passes x 32 layers x 10 us = 2.56 ms.
+  EXPECT_NEAR(step_s(m, c, p) - base, 4 * 2 * 32 * 10e-6, 1e-9);
+  cal.layer_gap_us.clear();
+  cal.set(CalParam::kLayerGap, 10, "pytorch-family");
+  apply_calibration(c, cal);
+  EXPECT_NEAR(step_s(m, c, p), base, 1e-12);  // another family's gap
+}
+
+TEST(Calibration, OverlappedTpCollectivesKeepTheExposedShare) {
+  const ModelSpec m = tiny();
+  ClusterSpec c = load_cluster("dgx-h100").value();
+  Plan p = one_gpu(4);
+  p.tp = 8;
+  p.sequence_parallel = true;
+  const LayerTiming base = layer_timing(m, c, p);
+  ASSERT_GT(base.tp_comm_s, 0);
+  Calibration cal;
+  cal.name = "t";
+  cal.tp_overlap_exposed = 0.25;
+  apply_calibration(c, cal);
+  // Without tp_comm_overlap the plan exposes all of it; with it, a quarter: every TP collective
+  // (the forward and backward pairs and SP's weight-gradient gathers) is scaled.
+  EXPECT_DOUBLE_EQ(layer_timing(m, c, p).tp_comm_s, base.tp_comm_s);
+  p.execution.tp_comm_overlap = true;
+  const LayerTiming overlapped = layer_timing(m, c, p);
+  EXPECT_NEAR(overlapped.tp_comm_s, 0.25 * base.tp_comm_s, 1e-15);
+  EXPECT_NEAR(base.forward_s - overlapped.forward_s, 0.75 * base.tp_forward_s, 1e-15);
+}
+
+TEST(Calibration, UnmeasuredClassTakesTheMean) {
+  Calibration cal;
+  cal.set(CalParam::kSustainedTensor, 0.9, "a");
+  cal.set(CalParam::kSustainedTensor, 0.8, "*");
+  EXPECT_DOUBLE_EQ(cal.value(CalParam::kSustainedTensor, "a"), 0.9);
+  EXPECT_DOUBLE_EQ(cal.value(CalParam::kSustainedTensor, "b"), 0.8);
+  EXPECT_DOUBLE_EQ(Calibration{}.value(CalParam::kSustainedTensor, "b"), 1.0);
+}
+
+TEST(Calibration, JsonRoundTripAndRefusals) {
+  Calibration cal;
+  cal.name = "mine";
+  cal.source = "test";
+  cal.set(CalParam::kSustainedTensor, 0.85, "h100-sxm-700w");
+  cal.chunk_pass_overhead_us = 700;
+  cal.bands = {{"all", 40, -0.1, 0.05}};
+  const Calibration back = calibration_from_json(calibration_to_json(cal), "c.json").value();
+  EXPECT_DOUBLE_EQ(back.value(CalParam::kSustainedTensor, "h100-sxm-700w"), 0.85);
+  EXPECT_DOUBLE_EQ(back.chunk_pass_overhead_us, 700);
+  ASSERT_EQ(back.bands.size(), 1u);
+  EXPECT_DOUBLE_EQ(back.bands[0].log_p10, -0.1);
+
+  nlohmann::json j = calibration_to_json(cal);
+  j["parameters"]["tp_overlap_exposed"]["value"] = 1.5;
+  EXPECT_NE(calibration_from_json(j, "c.json").error().find("tp_overlap_exposed 1.500000 is outside its prior range"),
+            std::string::npos);
+  j = calibration_to_json(cal);
+  j["parameters"]["clock_ghz"] = {{"value", 1.7}};
+  EXPECT_EQ(calibration_from_json(j, "c.json").error(), "c.json: parameters: unknown parameter 'clock_ghz'");
+}
+
+TEST(Calibration, BandIsTheResidualQuantiles) {
+  // Residuals log(pred/measured) -0.1 .. 0.08 in steps of 0.02 (10 values): the 10th percentile
+  // interpolates 0.9 of the way from -0.1 to -0.08 = -0.082; the 90th from 0.06 to 0.08: 0.062.
+  std::vector<double> r;
+  for (int i = 0; i < 10; ++i) r.push_back(-0.1 + 0.02 * i);
+  const std::vector<PredictionBand> bands = prediction_bands(r, std::vector<std::string>(10, "megatron-family dense"));
+  ASSERT_EQ(bands.size(), 2u);  // the class and "all"
+  EXPECT_NEAR(bands[0].log_p10, -0.082, 1e-12);
+  EXPECT_NEAR(bands[0].log_p90, 0.062, 1e-12);
+  Calibration cal;
+  cal.bands = bands;
+  // A 10 s prediction: measured = predicted / exp(residual): 10 / e^0.062 .. 10 / e^-0.082.
+  const StepBand b = step_band(cal, "pytorch-family dense", 10).value();  // falls back to "all"
+  EXPECT_EQ(b.run_class, "all");
+  EXPECT_NEAR(b.low_s, 10 / std::exp(0.062), 1e-12);
+  EXPECT_NEAR(b.high_s, 10 / std::exp(-0.082), 1e-12);
+}
+
+TEST(Calibration, FitRecoversTheParametersThatMadeTheRuns) {
+  // Runs "measured" on a calibration with a sustained fraction of 0.85 and a chunk-pass overhead
+  // of 400 us: the fit, starting from the physics alone, finds both. Two depths (12 and 24 layers)
+  // tell the overhead per pass from the gap per layer.
+  const ClusterSpec c = load_cluster("dgx-h100").value();
+  Calibration truth;
+  truth.name = "truth";
+  truth.set(CalParam::kSustainedTensor, 0.85, c.gpu.power_class);
+  truth.chunk_pass_overhead_us = 400;
+  std::vector<MeasuredRun> runs;
+  for (const char* model : {"gpt2", "gpt-1.3b"})
+  for (int64_t mbs : {1, 4, 16})
+    for (int64_t seq : {512, 1024}) {
+      const ModelSpec m = load_model(model).value();
+      MeasuredRun r{std::string(model) + std::to_string(mbs) + "-" + std::to_string(seq), "s", m, c, one_gpu(mbs), 0, ""};
+      r.plan.seq_len = seq;
+      r.plan.micro_batch = 8;
+      r.plan.global_batch = 8 * mbs;
+      runs.push_back(r);
+    }
+  const std::vector<double> measured = predict_runs(runs, truth);
+  for (size_t i = 0; i < runs.size(); ++i) runs[i].measured_step_s = measured[i];
+  FitOptions fo;
+  fo.prior_pull = 0;  // exact runs: nothing to shrink toward
+  const FitResult fit = fit_calibration(runs, fo);
+  EXPECT_NEAR(fit.calibration.value(CalParam::kSustainedTensor, c.gpu.power_class), 0.85, 0.01);
+  EXPECT_NEAR(fit.calibration.chunk_pass_overhead_us, 400, 10);
+  EXPECT_NEAR(fit.calibration.value(CalParam::kLayerGap, "megatron-family"), 0, 1);
+  for (double p : predict_runs(runs, fit.calibration)) EXPECT_TRUE(std::isfinite(p));
+}
+
+}  // namespace
+}  // namespace parallax
