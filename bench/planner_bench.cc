@@ -23,13 +23,19 @@ const ClusterSpec& cluster() {
   return c;
 }
 
-void BM_Search1T16k(benchmark::State& state) {
+// The 1T model on 16,384 GPUs, its top 10, on `threads` threads.
+SearchOptions one_t_search(int threads) {
   SearchOptions o;
   o.gpus = 16384;
   o.global_batch = 4096;
   o.seq_len = 2048;
   o.top_k = 10;
-  o.threads = static_cast<int>(state.range(0));
+  o.threads = threads;
+  return o;
+}
+
+void BM_Search1T16k(benchmark::State& state) {
+  const SearchOptions o = one_t_search(static_cast<int>(state.range(0)));
   int64_t considered = 0, priced = 0, simulated = 0;
   for (auto _ : state) {
     Result<SearchResult> r = search(model(), cluster(), o);
@@ -50,12 +56,7 @@ BENCHMARK(BM_Search1T16k)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRea
 
 // The same search, on one thread, pruned as before the bound: by the estimate with a margin.
 void BM_Search1T16kEstimate(benchmark::State& state) {
-  SearchOptions o;
-  o.gpus = 16384;
-  o.global_batch = 4096;
-  o.seq_len = 2048;
-  o.top_k = 10;
-  o.threads = 1;
+  SearchOptions o = one_t_search(1);
   o.pruning = SearchOptions::Pruning::kEstimate;
   int64_t simulated = 0;
   for (auto _ : state) simulated += search(model(), cluster(), o)->simulated;

@@ -18,7 +18,7 @@ namespace parallax {
 namespace {
 
 constexpr double kHuberLog = 0.15;   // residuals beyond ~15% count linearly, not squared
-const char* kAnyClass = "*";         // the sustained fraction of a power class no run measured
+const char* kAnyClass = "*";         // a power class or framework family no run measured
 
 template <typename T>
 Result<T> with_run(Result<T> r, const std::string& where) {
@@ -281,10 +281,6 @@ FitResult fit_calibration(const std::vector<MeasuredRun>& runs, const FitOptions
   return out;
 }
 
-std::string run_class_of(const ModelSpec& m, const Plan& plan) {
-  return run_class(plan.execution.framework, m.is_moe());
-}
-
 std::vector<PredictionBand> prediction_bands(const std::vector<double>& log_residuals,
                                              const std::vector<std::string>& run_classes) {
   std::map<std::string, std::vector<double>> by;
@@ -329,7 +325,7 @@ CrossValidation cross_validate(const std::vector<MeasuredRun>& runs, const FitOp
   }
   std::vector<double> res(n);
   for (size_t i = 0; i < n; ++i) {
-    cv.run_classes.push_back(run_class_of(runs[i].model, runs[i].plan));
+    cv.run_classes.push_back(run_class(runs[i].plan.execution.framework, runs[i].model.is_moe()));
     res[i] = std::log(cv.held_out_s[i] / runs[i].measured_step_s);
   }
   // Coverage as a user meets it: the band from the other sources' held-out residuals only.

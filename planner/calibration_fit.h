@@ -73,7 +73,4 @@ CrossValidation cross_validate(const std::vector<MeasuredRun>& runs, const FitOp
 std::vector<PredictionBand> prediction_bands(const std::vector<double>& log_residuals,
                                              const std::vector<std::string>& run_classes);
 
-// The class of a run for its band (calibration.h run_class).
-std::string run_class_of(const ModelSpec& m, const Plan& plan);
-
 }  // namespace parallax

@@ -63,8 +63,7 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const double p2p_s = p > 1 && !plan.execution.overlap_p2p ? d(v) * p2p.time_s : 0;
 
   // The calibrated host cost per chunk-pass: v chunks' forward and backward per micro-batch.
-  auto gap = c.layer_gap_s.find(framework_family(plan.execution.framework));
-  const double chunk_s = d(v) * c.chunk_pass_overhead_s + layers * (gap == c.layer_gap_s.end() ? 0.0 : gap->second);
+  const double chunk_s = d(v) * c.calibration.chunk_host_s(plan.execution.framework, layers / d(v));
   StageTimes mid{layers * lt.forward_s + p2p_s + overhead + chunk_s, layers * lt.backward_input_s + p2p_s + chunk_s,
                  layers * lt.backward_weight_s};
   StageTimes first = mid, last = mid;

@@ -80,6 +80,10 @@ void Calibration::set(CalParam p, double v, const std::string& power_class) {
   }
 }
 
+double Calibration::chunk_host_s(const std::string& framework, double layers) const {
+  return (chunk_pass_overhead_us + layers * value(CalParam::kLayerGap, framework_family(framework))) * 1e-6;
+}
+
 const PredictionBand* Calibration::band(const std::string& run_class) const {
   const PredictionBand* all = nullptr;
   for (const PredictionBand& b : bands) {
@@ -180,12 +184,6 @@ void apply_calibration(ClusterSpec& c, const Calibration& cal) {
   c.gpu.sustained_tensor_fraction = cal.value(CalParam::kSustainedTensor, c.gpu.power_class);
   c.gpu.fp8_gemm_fraction = cal.fp8_gemm;
   c.gpu.grouped_gemm_fraction = cal.grouped_gemm;
-  c.chunk_pass_overhead_s = cal.chunk_pass_overhead_us * 1e-6;
-  c.tp_overlap_exposed = cal.tp_overlap_exposed;
-  c.collective_efficiency = cal.collective_efficiency;
-  c.layer_gap_s.clear();
-  for (const char* family : {"megatron-family", "pytorch-family"})
-    c.layer_gap_s[family] = cal.value(CalParam::kLayerGap, family) * 1e-6;
 }
 
 std::optional<StepBand> step_band(const Calibration& cal, const std::string& run_class, double step_s) {

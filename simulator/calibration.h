@@ -68,6 +68,9 @@ struct Calibration {
   // measured takes the mean of those that were ("*").
   double value(CalParam p, const std::string& key = "") const;
   void set(CalParam p, double v, const std::string& key = "");
+  // The calibrated host time of one forward or backward pass of a chunk of `layers` layers under
+  // `framework`: the chunk-pass overhead plus the layer gap of its family.
+  double chunk_host_s(const std::string& framework, double layers) const;
   // The band of a run class: that class's, else "all"'s; nullptr without bands.
   const PredictionBand* band(const std::string& run_class) const;
 };
@@ -77,10 +80,10 @@ nlohmann::json calibration_to_json(const Calibration& c);
 // `name_or_path`: a path, or NAME found as calibrations/NAME.json in the data directory.
 Result<Calibration> load_calibration(const std::string& name_or_path);
 
-// The cluster as the calibration prices it: the GPU's sustained tensor, FP8 and grouped-GEMM
-// fractions (its power class's), the network's achieved bandwidth, the chunk-pass overhead and the
-// collective interference. Replaces any calibration the cluster had; an empty one restores the
-// physics-only values.
+// The cluster as the calibration prices it: `calibration` set (the cost model reads the host
+// costs, TP overlap share and collective efficiency from it) and the GPU's sustained tensor, FP8
+// and grouped-GEMM fractions copied into its GpuSpec (the compute cost reads only that). Replaces
+// any calibration the cluster had; an empty one restores the physics-only values.
 void apply_calibration(ClusterSpec& c, const Calibration& cal);
 
 // The 10-90% band of a predicted step time `step_s` of a run of class `run_class` under `cal`

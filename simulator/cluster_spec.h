@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -94,10 +93,6 @@ struct ClusterSpec {
   // apply_calibration (calibration.h) sets:
   std::string calibration_ref;
   Calibration calibration;
-  double chunk_pass_overhead_s = 0;  // host time per forward or backward of one micro-batch on one stage
-  double tp_overlap_exposed = 1;     // share of overlapped TP collectives (tp_comm_overlap) still exposed
-  double collective_efficiency = 1;  // of the measured bus bandwidth a step's collectives get
-  std::map<std::string, double> layer_gap_s;  // framework family -> GPU idle per layer pass
 };
 
 // "" if `plan` can run on the cluster's GPU, else why not in one line (FP8 on a GPU without FP8).

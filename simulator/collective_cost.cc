@@ -18,7 +18,7 @@ GroupPlacement place_group(int64_t size, int64_t stride, int64_t gpus_per_node) 
 LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g) {
   LinkTier link;
   link.intra_latency_s = c.node.latency_us * 1e-6;
-  const double eff = c.collective_efficiency;  // calibrated (calibration.h); 1 = the measured busbw
+  const double eff = c.calibration.collective_efficiency;  // calibrated (calibration.h); 1 = the measured busbw
   link.intra_busbw_Bps = eff * c.node.busbw_gbps * 1e9;
   link.nodes = g.nodes;
   link.ranks_per_node = g.ranks_per_node;

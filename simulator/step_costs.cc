@@ -204,7 +204,7 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const LinkTier link = group_link(c, plan, GroupKind::kTp);
   const LinkTier mlp_link = group_link(c, place_group(mlp_ranks, 1, c.node.gpus));
   // Overlapped with the GEMMs (userbuffers, async TP), the calibrated share stays exposed.
-  const double exposed = plan.execution.tp_comm_overlap ? c.tp_overlap_exposed : 1.0;
+  const double exposed = plan.execution.tp_comm_overlap ? c.calibration.tp_overlap_exposed : 1.0;
   auto pair_s = [&](Collective op) {
     return exposed * (collective_time_s(op, tp_msg, plan.tp, link) + collective_time_s(op, mlp_msg, mlp_ranks, mlp_link));
   };
@@ -300,8 +300,6 @@ OpCosts::OpCosts(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
     layers_.push_back(d(plan.chunk_layers(m.layers, s).count));
     for (int64_t k = 0; k < plan.virtual_stages; ++k) dense_.push_back(d(chunk_dense_layers(m, plan, s, k)));
   }
-  if (auto it = c.layer_gap_s.find(framework_family(plan.execution.framework)); it != c.layer_gap_s.end())
-    layer_gap_s_ = it->second;
   const RankGrid grid(plan);
   for (int k = 0; k < kGroupKinds; ++k) {
     group_size_[k] = grid.group_size(static_cast<GroupKind>(k));
@@ -316,7 +314,7 @@ double OpCosts::over_layers(const ProgramOp& op, int64_t stage, double LayerTimi
 }
 
 double OpCosts::chunk_fixed_s(int64_t stage) const {
-  return c_.chunk_pass_overhead_s + layers_[static_cast<size_t>(stage)] * layer_gap_s_;
+  return c_.calibration.chunk_host_s(p_.execution.framework, layers_[static_cast<size_t>(stage)]);
 }
 
 double OpCosts::compute_s(const ProgramOp& op, int64_t stage) const {

@@ -95,7 +95,6 @@ class OpCosts {
   LayerTiming layer_, dense_layer_;  // an MoE model's own layers; its leading dense ones
   EdgeTiming edge_;
   P2pCost p2p_;
-  double layer_gap_s_ = 0;      // the calibration's, for the plan's framework family
   std::vector<double> layers_;  // per stage: layers of each chunk
   std::vector<double> dense_;   // per (stage, chunk): its leading dense layers
   int64_t group_size_[kGroupKinds] = {};  // by GroupKind
