@@ -179,6 +179,8 @@ std::string plan_refusal(const ModelSpec& m, const Plan& p) {
   // arguments.py: optimizer offload with --fp8-param-gather needs the delayed recipe.
   if (p.offload && p.precision == Precision::kFp8 && p.execution.fp8_param_gather && p.execution.fp8_recipe != Fp8Recipe::kDelayed)
     return "optimizer offload with fp8_param_gather needs fp8_recipe delayed (Megatron's validate_args)";
+  if (p.precision == Precision::kFp8 && p.execution.fp8_recipe == Fp8Recipe::kRowwise)
+    return "fp8_recipe rowwise has no Megatron-LM recipe (--fp8-recipe delayed|tensorwise|mxfp8|blockwise)";
   if ((p.schedule == Schedule::kGpipe || p.schedule == Schedule::kZbH1) && p.pp > 1)
     return std::string("schedule ") + schedule_name(p.schedule) + " is not in Megatron-LM (it runs 1f1b or interleaved)";
   return "";

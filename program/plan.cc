@@ -23,7 +23,7 @@ const std::pair<const char*, Precision> kPrecisions[] = {
     {"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}, {"fp8", Precision::kFp8}};
 const std::pair<const char*, CpComm> kCpComms[] = {
     {"p2p", CpComm::kP2p}, {"all-gather", CpComm::kAllGather}, {"a2a", CpComm::kAllToAll}};
-const std::pair<const char*, Fp8Recipe> kFp8Recipes[] = {{"delayed", Fp8Recipe::kDelayed}, {"current", Fp8Recipe::kCurrent}};
+const std::pair<const char*, Fp8Recipe> kFp8Recipes[] = {{"delayed", Fp8Recipe::kDelayed}, {"current", Fp8Recipe::kCurrent}, {"rowwise", Fp8Recipe::kRowwise}};
 const std::pair<const char*, AttentionKernel> kKernels[] = {
     {"flash", AttentionKernel::kFlash}, {"materialized", AttentionKernel::kMaterialized}};
 const std::pair<const char*, KernelFusion> kFusions[] = {{"fused", KernelFusion::kFused}, {"eager", KernelFusion::kEager}};
@@ -297,7 +297,7 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   if (f.has("cp_comm")) e.cp_comm = read_enum(f, "cp_comm", parse_cp_comm, "p2p|all-gather|a2a", e.cp_comm);
   e.moe_imbalance = f.optional_number("moe_imbalance").value_or(e.moe_imbalance);
   e.moe_capacity_factor = f.optional_number("moe_capacity_factor", true).value_or(e.moe_capacity_factor);
-  if (f.has("fp8_recipe")) e.fp8_recipe = read_enum(f, "fp8_recipe", parse_fp8_recipe, "delayed|current", e.fp8_recipe);
+  if (f.has("fp8_recipe")) e.fp8_recipe = read_enum(f, "fp8_recipe", parse_fp8_recipe, "delayed|current|rowwise", e.fp8_recipe);
   e.fp8_param_gather = f.optional_bool("fp8_param_gather", e.fp8_param_gather);
   if (f.ok() && (e.moe_imbalance < 1 || e.moe_imbalance > 1e3)) f.fail("moe_imbalance", "must be between 1 (balanced) and 1000");
   if (f.ok() && e.moe_capacity_factor > 1e3) f.fail("moe_capacity_factor", "must be <= 1000 (0: dropless)");

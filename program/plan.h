@@ -27,14 +27,18 @@ enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
 enum class CpComm { kP2p, kAllGather, kAllToAll };
 // FP8 scaling (Transformer Engine): delayed, from the amax history of earlier steps; current, from
 // each tensor's own amax, one more read of it before the cast.
-enum class Fp8Recipe { kDelayed, kCurrent };
+// FP8 scaling: delayed (amax history), current (each tensor's own amax: Megatron's tensorwise),
+// rowwise (current scaling with one scale per row of each GEMM operand: torchao's Float8 rowwise,
+// cuBLASLt's row-scaled FP8 GEMM).
+enum class Fp8Recipe { kDelayed, kCurrent, kRowwise };
 
 // Software choices that change time or memory but not the math. Defaults follow Megatron-Core.
 struct Execution {
   std::string framework;  // the profile these settings came from (framework.h); "" = Parallax's defaults
   AttentionKernel attention = AttentionKernel::kFlash;
   // Which fused kernel (fa2 | fa3 | cudnn) prices flash attention from the cluster's measured
-  // curves; "" or a kernel the cluster has no curve for: its flash_attention_efficiency.
+  // curves; "": Parallax's own runtime kernel (the curve "parallax" that `calibrate --device cuda`
+  // writes); a kernel the cluster has no curve for: its flash_attention_efficiency.
   std::string attention_impl;
   KernelFusion kernels = KernelFusion::kFused;
   SelectiveRecompute selective = SelectiveRecompute::kAttentionCore;

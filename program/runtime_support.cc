@@ -44,7 +44,8 @@ Status check_runtime_support(const ModelSpec& m, const Plan& p) {
     return no("context parallelism with cp_comm a2a (it runs the p2p ring and all-gather)");
   if (p.cp > 1 && m.positions != Positions::kRotary) return no("context parallelism with learned positions");
   if (p.precision == Precision::kFp8 && p.execution.fp8_recipe != Fp8Recipe::kCurrent)
-    return no("precision fp8 with delayed scaling (it emulates current scaling: fp8_recipe current)");
+    return no(std::string("precision fp8 with ") + fp8_recipe_name(p.execution.fp8_recipe) +
+              " scaling (it emulates current scaling: fp8_recipe current)");
   // MPI guarantees tags up to 32767; pipeline transfers use one per (direction, micro-batch, stage).
   if (p.pp > 1 && 2 * p.micro_batches() * p.pp * p.virtual_stages > 32767)
     return Error{"too many micro-batches x stages for MPI tags (at most 32767 transfers per step)"};

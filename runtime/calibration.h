@@ -19,6 +19,9 @@ namespace parallax {
 struct CalibrationOptions {
   bool quick = false;  // fewer shapes and repetitions: under a minute
   std::string name = "cpu-localhost";
+  // --device cuda: seconds of back-to-back 8192^3 bf16 GEMMs whose last seconds' rate, against
+  // the first seconds', scales the GEMM efficiency to what a long training run sustains.
+  double sustained_s = 120;
 };
 
 // A cluster JSON (clusters/*.json schema) describing this machine with `world.size()` ranks as

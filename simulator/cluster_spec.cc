@@ -79,6 +79,31 @@ std::string read_attention(const nlohmann::json& j, const std::string& where, st
   return "";
 }
 
+// "gemm_grid": {"source": ..., "dims": [increasing], "bf16_tflops": [dims^3 positive numbers]}.
+std::string read_gemm_grid(const nlohmann::json& j, const std::string& where, GemmGrid& out) {
+  JsonFields f(j, where + ": gpu.gemm_grid");
+  require_source(f);
+  for (const char* key : {"dims", "bf16_tflops"}) {
+    if (!f.ok()) break;
+    if (!f.has(key) || !j.at(key).is_array()) f.fail(key, "must be an array of positive numbers");
+    std::vector<double>& v = std::string(key) == "dims" ? out.dims : out.tflops;
+    for (const auto& x : f.ok() ? j.at(key) : nlohmann::json::array()) {
+      if (!x.is_number() || x.get<double>() <= 0) {
+        f.fail(key, "must hold positive numbers");
+        break;
+      }
+      v.push_back(x.get<double>());
+    }
+  }
+  const size_t n = out.dims.size();
+  if (f.ok() && (n < 2 || out.tflops.size() != n * n * n))
+    f.fail("bf16_tflops", "needs one rate per (M, N, K) of at least 2 dims: dims^3 numbers, M-major");
+  for (size_t i = 1; f.ok() && i < n; ++i)
+    if (out.dims[i] <= out.dims[i - 1]) f.fail("dims", "must increase");
+  f.reject_unknown_keys({"source"});
+  return f.ok() ? "" : f.error();
+}
+
 Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
   JsonFields f(j, where + ": gpu");
   g.name = f.required_string("name");
@@ -108,17 +133,25 @@ Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
   g.sm_count = f.required_int("sm_count");
   g.gemm_tile_m = f.required_int("gemm_tile_m");
   g.gemm_tile_n = f.required_int("gemm_tile_n");
+  if (f.ok() && f.has("gemm_grid"))
+    if (std::string e = read_gemm_grid(j.at("gemm_grid"), where, g.gemm_grid); !e.empty()) return Error{e};
   read_fraction(f, "flash_attention_efficiency", g.flash_attention_efficiency);
   if (f.ok() && f.has("attention"))
     if (std::string e = read_attention(j.at("attention"), where, g.attention); !e.empty()) return Error{e};
   read_fraction(f, "memory_efficiency", g.memory_efficiency);
   g.optimizer_efficiency = f.optional_number("optimizer_efficiency").value_or(g.memory_efficiency);
   if (f.ok() && g.optimizer_efficiency > 1.0) f.fail("optimizer_efficiency", "is a fraction and must be <= 1");
+  g.grouped_gemm_hbm_efficiency = f.optional_number("grouped_gemm_hbm_efficiency").value_or(g.memory_efficiency);
+  if (f.ok() && g.grouped_gemm_hbm_efficiency > 1.0)
+    f.fail("grouped_gemm_hbm_efficiency", "is a fraction and must be <= 1");
+  if (f.ok() && f.has("fp8_rowwise_gemm_fraction")) read_fraction(f, "fp8_rowwise_gemm_fraction", g.fp8_rowwise_gemm_fraction);
   g.reserved_gib = f.required_number("reserved_gib", /*allow_zero=*/true);
   g.power_class = f.optional_string("power_class").value_or(g.name);
   require_source(f);
   if (f.ok() && g.reserved_gib >= g.hbm_gib) f.fail("reserved_gib", "must be less than hbm_gib");
-  f.reject_unknown_keys({"source"});
+  // "measured": what `calibrate --device cuda` measured, kept for the reader (the model reads the
+  // fitted keys above, not it).
+  f.reject_unknown_keys({"source", "measured"});
   if (!f.ok()) return Error{f.error()};
   return Status::Ok();
 }

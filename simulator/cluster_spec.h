@@ -26,6 +26,13 @@ struct AttentionCurve {
   std::vector<double> seq_len, fwd_tflops, bwd_tflops;
 };
 
+// Measured bf16 GEMM rates on a grid: every (M, N, K) of `dims` cubed, `tflops` M-major then N
+// then K (calibrate --device cuda measures it on one GPU, its sustained rate).
+struct GemmGrid {
+  std::vector<double> dims, tflops;
+  double at(size_t i, size_t j, size_t k) const { return tflops[(i * dims.size() + j) * dims.size() + k]; }
+};
+
 struct GpuSpec {
   std::string name;
   double peak_bf16_tflops = 0;
@@ -42,10 +49,16 @@ struct GpuSpec {
   // time; the last wave and ragged tiles do partial work.
   int64_t sm_count = 0;
   int64_t gemm_tile_m = 0, gemm_tile_n = 0;
+  GemmGrid gemm_grid;  // when measured, GEMM efficiency interpolates it instead of the curve above
   double flash_attention_efficiency = 0;  // fraction of peak a fused attention kernel reaches
   std::vector<AttentionCurve> attention;  // measured curves; a kernel without one uses the fraction
   double memory_efficiency = 0;           // fraction of HBM bandwidth elementwise kernels reach
   double optimizer_efficiency = 0;        // the same for the optimizer's passes (default: memory_efficiency)
+  // Fraction of HBM bandwidth an MoE grouped GEMM streams its operands at (the experts' weights
+  // dominate at few tokens per expert); default: memory_efficiency.
+  double grouped_gemm_hbm_efficiency = 0;
+  // FP8 GEMMs with one scale per row of each operand over tensorwise-scaled ones (default 1).
+  double fp8_rowwise_gemm_fraction = 1;
   double reserved_gib = 0;                // CUDA context, NCCL and cuBLAS workspaces
   // Which calibrated sustained fraction applies (GPUs of one die at one power limit share one);
   // default: the GPU's name.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace parallax {
 
@@ -14,7 +15,35 @@ double wave_efficiency(const GpuSpec& gpu, const Gemm& g) {
   return static_cast<double>(g.m) * g.n * g.batch / executed;
 }
 
+namespace {
+// Where x falls on the increasing grid `d`, in log2: the cell's lower index and the fraction
+// across it (clamped to the grid: beyond it the nearest edge's rate holds).
+std::pair<size_t, double> grid_cell(const std::vector<double>& d, double x) {
+  if (x <= d.front()) return {0, 0.0};
+  if (x >= d.back()) return {d.size() - 2, 1.0};
+  size_t i = 0;
+  while (d[i + 1] < x) ++i;
+  return {i, (std::log2(x) - std::log2(d[i])) / (std::log2(d[i + 1]) - std::log2(d[i]))};
+}
+
+// The measured rate, trilinear in log2 of M, N and K. A batch of GEMMs (attention's heads, a
+// grouped GEMM's experts) fills the GPU's SMs as one GEMM of M x batch rows.
+double grid_efficiency(const GpuSpec& gpu, const Gemm& g) {
+  const GemmGrid& grid = gpu.gemm_grid;
+  const auto [i, fi] = grid_cell(grid.dims, double(g.m) * double(g.batch));
+  const auto [j, fj] = grid_cell(grid.dims, double(g.n));
+  const auto [k, fk] = grid_cell(grid.dims, double(g.k));
+  double tflops = 0;
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 2; ++b)
+      for (int c = 0; c < 2; ++c)
+        tflops += (a ? fi : 1 - fi) * (b ? fj : 1 - fj) * (c ? fk : 1 - fk) * grid.at(i + a, j + b, k + c);
+  return tflops / gpu.peak_bf16_tflops;
+}
+}  // namespace
+
 double gemm_efficiency(const GpuSpec& gpu, const Gemm& g) {
+  if (!gpu.gemm_grid.dims.empty()) return grid_efficiency(gpu, g);
   double eff = gpu.gemm_max_efficiency * wave_efficiency(gpu, g);
   for (int64_t dim : {g.m, g.n, g.k}) {
     const double d = static_cast<double>(dim);
@@ -27,6 +56,22 @@ double gemm_time_s(const GpuSpec& gpu, Precision p, const Gemm& g) {
   if (g.flops() <= 0) return 0;
   const double sustained = gpu.sustained_tensor_fraction * (p == Precision::kFp8 ? gpu.fp8_gemm_fraction : 1.0);
   return g.flops() / (gpu.peak_flops(p) * gemm_efficiency(gpu, g) * sustained);
+}
+
+double gemm_operand_bytes(Precision p, const Gemm& g) {
+  const double in = p == Precision::kFp8 ? 1.0 : p == Precision::kFp32 ? 4.0 : 2.0;
+  const double out = p == Precision::kFp32 ? 4.0 : 2.0;
+  const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
+  return static_cast<double>(g.batch) * (in * (m * k + k * n) + out * m * n);
+}
+
+double grouped_gemm_time_s(const GpuSpec& gpu, Precision p, const Gemm& g) {
+  // A roofline: weight streaming and tensor-core math overlap inside the kernel (the measured H200
+  // rows fit max() within 27% and a sum only within 58%: bench/results/2026-12-04-moe-grouped-gemm.md).
+  // A GpuSpec built in code (not read from JSON) may leave the fraction unset: the copy rate then.
+  const double eff = gpu.grouped_gemm_hbm_efficiency > 0 ? gpu.grouped_gemm_hbm_efficiency : gpu.memory_efficiency;
+  const double streaming = gemm_operand_bytes(p, g) / (gpu.hbm_gbps * 1e9 * eff);
+  return std::max(gemm_time_s(gpu, p, g), streaming);
 }
 
 double flash_attention_time_s(const GpuSpec& gpu, Precision p, double flops) {

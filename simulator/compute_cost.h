@@ -12,10 +12,19 @@ namespace parallax {
 
 // Efficiency of one GEMM shape: max * prod over M, N, K of d / (d + half_dim), times the wave
 // quantization of its output tiles (useful tiles / tiles of whole waves; tiles shrink to the
-// problem for small dimensions, in steps of 16).
+// problem for small dimensions, in steps of 16). A GPU with a measured gemm_grid interpolates it
+// instead.
 double gemm_efficiency(const GpuSpec& gpu, const Gemm& g);
 double wave_efficiency(const GpuSpec& gpu, const Gemm& g);
 double gemm_time_s(const GpuSpec& gpu, Precision p, const Gemm& g);
+// The bytes a GEMM's kernel must move through HBM at least once: both inputs (1 byte per element
+// in FP8, else 2; fp32 is 4) and its bf16 (fp32: 4-byte) output, each `batch` times.
+double gemm_operand_bytes(Precision p, const Gemm& g);
+// An MoE layer's routed experts as one grouped GEMM: `g.batch` experts of `g.m` tokens each. Every
+// expert's weights are read from HBM however few tokens it has, so below a few hundred tokens per
+// expert the kernel streams weights, not tensor-core math: the time is the larger of the dense
+// GEMM time of the same shape and the operand bytes at the GPU's grouped_gemm_hbm_efficiency.
+double grouped_gemm_time_s(const GpuSpec& gpu, Precision p, const Gemm& g);
 // A fused attention kernel: executes `flops` at the flash efficiency.
 double flash_attention_time_s(const GpuSpec& gpu, Precision p, double flops);
 // Forward and backward times of causal fused attention doing `forward_flops` (masked half not

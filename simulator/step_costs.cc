@@ -36,21 +36,33 @@ bool is_core(std::string_view gemm) { return gemm == "scores" || gemm == "attn_v
 // FP8 the weight GEMMs run at the FP8 peak, the router and the attention core in bf16, and each
 // FP8 GEMM's input (forward) and output gradient (backward) pass through Transformer Engine's
 // fused cast-transpose: read in 16 bits, written as FP8 and FP8 transposed, 2 + 1 + 1 bytes per
-// element; current scaling reads the tensor once more for its amax first (+2).
+// element; current scaling reads the tensor once more for its amax first (+2). Rowwise scales run
+// along each GEMM's reduction axis, so no cast serves two GEMMs by a transpose: an input is
+// quantized by rows for the forward and by columns for the weight gradient, an output gradient by
+// rows for the input gradient and by columns for the weight gradient, each pass an amax read, a
+// read and an FP8 write (2 x (2 + 2 + 1) = 10 bytes per element); rowwise GEMMs run at the GPU's
+// fp8_rowwise_gemm_fraction of tensorwise ones.
 GemmTimes gemm_times(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
   const Precision base = base_precision(plan.precision);
-  const double cast = plan.precision != Precision::kFp8 ? 0.0 : plan.execution.fp8_recipe == Fp8Recipe::kCurrent ? 6.0 : 4.0;
+  const Fp8Recipe recipe = plan.execution.fp8_recipe;
+  const double cast = plan.precision != Precision::kFp8 ? 0.0
+                      : recipe == Fp8Recipe::kDelayed ? 4.0
+                      : recipe == Fp8Recipe::kCurrent ? 6.0
+                                                       : 10.0;
   GemmTimes t;
   const bool flash = plan.execution.attention == AttentionKernel::kFlash;
   const GemmShape shape{plan.seq_len, plan.micro_batch, plan.tp, plan.cp, plan.ep, expert_load(m, plan), plan.expert_tp()};
   for (const Gemm& g : layer_gemms(m, shape)) {
     const bool core = is_core(g.name);
     const Precision prec = core || std::string_view(g.name) == "router" ? base : plan.precision;
-    // The routed experts' GEMMs run grouped, at the calibrated share of a dense GEMM's rate.
+    // The routed experts' GEMMs run grouped: bound by streaming every local expert's weights at few
+    // tokens per expert (grouped_gemm_time_s), then at the calibrated share of that rate.
     const std::string_view name(g.name);
-    const double grouped = m.is_moe() && (name == "fc1" || name == "fc2") ? 1.0 / c.gpu.grouped_gemm_fraction : 1.0;
-    const double fwd = grouped * gemm_time_s(c.gpu, prec, g), dx = grouped * gemm_time_s(c.gpu, prec, input_gradient_gemm(g)),
-                 dw = grouped * gemm_time_s(c.gpu, prec, weight_gradient_gemm(g));
+    const bool experts = m.is_moe() && (name == "fc1" || name == "fc2");
+    const double share = (experts ? c.gpu.grouped_gemm_fraction : 1.0) *
+                         (prec == Precision::kFp8 && recipe == Fp8Recipe::kRowwise ? c.gpu.fp8_rowwise_gemm_fraction : 1.0);
+    auto time = [&](const Gemm& x) { return (experts ? grouped_gemm_time_s(c.gpu, prec, x) : gemm_time_s(c.gpu, prec, x)) / share; };
+    const double fwd = time(g), dx = time(input_gradient_gemm(g)), dw = time(weight_gradient_gemm(g));
     if (!core) {
       if (prec == Precision::kFp8) {
         t.fp8_forward_bytes += cast * d(g.m) * d(g.k) * d(g.batch);
@@ -70,7 +82,10 @@ GemmTimes gemm_times(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
     // 1/cp of it (the causal load balancing), in blocks of its s / cp rows.
     const double tokens = d(plan.seq_len / plan.cp) * d(plan.micro_batch);
     const double core_flops = attention_core_flops_per_token(m, plan.seq_len) * tokens / d(plan.tp);
-    const AttentionTimes at = attention_times(c.gpu, base, plan.execution.attention_impl, m.head_dim,
+    // No framework's kernel named: Parallax's own runtime, whose curve `calibrate --device cuda`
+    // writes as "parallax".
+    const std::string& impl = plan.execution.attention_impl;
+    const AttentionTimes at = attention_times(c.gpu, base, impl.empty() ? std::string("parallax") : impl, m.head_dim,
                                               plan.seq_len / plan.cp, 0.5 * core_flops);
     t.core_s = at.forward_s;
     t.core_bwd_s = at.backward_s;

@@ -111,7 +111,7 @@ void add_execution_flags(CLI::App& app, ExecutionFlags& f) {
   app.add_option("--cp-comm", f.cp_comm, "context parallelism's attention: p2p (ring, default) | all-gather | a2a (Ulysses)");
   app.add_option("--moe-imbalance", f.moe_imbalance, "MoE: the busiest expert's tokens over the mean (default 1)");
   app.add_option("--moe-capacity-factor", f.moe_capacity_factor, "MoE: tokens an expert takes, x the mean (0: dropless)");
-  app.add_option("--fp8-recipe", f.fp8_recipe, "FP8 scaling: delayed (default) | current");
+  app.add_option("--fp8-recipe", f.fp8_recipe, "FP8 scaling: delayed (default) | current | rowwise");
   app.add_flag("--fp8-param-gather", f.fp8_param_gather, "FP8: weights kept and all-gathered in FP8");
   app.add_flag("--tp-comm-overlap", f.tp_comm_overlap, "TP collectives overlapped with GEMMs (userbuffers, async TP)");
   app.add_option("--calibration", f.calibration,
@@ -138,8 +138,11 @@ Execution execution_or_fail(const ExecutionFlags& f) {
     e.moe_capacity_factor = f.moe_capacity_factor;
   }
   if (!f.fp8_recipe.empty()) {
-    if (f.fp8_recipe != "delayed" && f.fp8_recipe != "current") fail("--fp8-recipe: unknown '" + f.fp8_recipe + "' (expected delayed|current)");
-    e.fp8_recipe = f.fp8_recipe == "current" ? Fp8Recipe::kCurrent : Fp8Recipe::kDelayed;
+    if (f.fp8_recipe != "delayed" && f.fp8_recipe != "current" && f.fp8_recipe != "rowwise")
+      fail("--fp8-recipe: unknown '" + f.fp8_recipe + "' (expected delayed|current|rowwise)");
+    e.fp8_recipe = f.fp8_recipe == "current" ? Fp8Recipe::kCurrent
+                   : f.fp8_recipe == "rowwise" ? Fp8Recipe::kRowwise
+                                               : Fp8Recipe::kDelayed;
   }
   if (f.fp8_param_gather) e.fp8_param_gather = true;
   if (f.tp_comm_overlap) e.tp_comm_overlap = true;

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The GPU check (docs/architecture.md, "GPU check"), in one call, within 8 minutes on one H200 ($GPU_CHECK_SECONDS,
 # default 400, bounds the whole run; each step gets at most what is left):
-#   1. kernel and runtime tests against the CPU references; the bf16 GEMM and copy ceilings and
-#      the runtime's kernels (Google Benchmark);
+#   1. kernel and runtime tests against the CPU references;
 #   2. a 1.3B GPT trained on one GPU (bf16, sequence 2048): tokens/s and MFU;
-#   3. calibrate the GPU into a cluster file, simulate the same plan with it, compare;
+#   3. calibrate the GPU into a cluster file (with $CALIBRATE_SUSTAINED_SECONDS s of sustained GEMM
+#      load), simulate the same plan and a second one with it, compare; then the kernels the
+#      frameworks run, through PyTorch (tools/gpu_physics.py: GEMM grids in bf16 and FP8, grouped
+#      GEMMs, attention by sequence length, memory-bound kernels, launch gap, sustained rate;
+#      $PHYSICS_SECONDS s, of which $SUSTAINED_SECONDS sustained); Parallax's own kernels (Google
+#      Benchmark);
 #   4. rank emulation: stage 0 and stage 3 of Llama-2-13B under TP 8 x PP 4 x DP 2 (ZeRO-1) with
 #      stand-in collectives, against the simulator's compute-only prediction for those stages.
+# The steps run in that order, so a run cut short keeps what matters most.
 # Uses the binaries `make gpu-build` leaves in build-gpu/ (carry build-gpu/bin, build-gpu/tests and
 # build-gpu/lib); cuBLAS and NCCL come from PyTorch's Python packages when the system has none.
 # Every step writes into a scratch folder; $OUT (default: a new temporary folder) receives at most
@@ -22,10 +27,13 @@ B=build-gpu
 LOG="$W/log.txt"
 : >"$LOG"
 DEADLINE=${GPU_CHECK_SECONDS:-400}
+PHYSICS_SECONDS=${PHYSICS_SECONDS:-130}
+SUSTAINED_SECONDS=${SUSTAINED_SECONDS:-30}
+CALIBRATE_SUSTAINED_SECONDS=${CALIBRATE_SUSTAINED_SECONDS:-60}
 
 pack() {
   tar -C "$W" -czf "$OUT/results.tar.gz" .
-  for f in summary.md log.txt device.txt bench.json h200-calibrated.json measured-1.3b.json predicted-1.3b.json; do
+  for f in summary.md log.txt device.txt bench.json h200-calibrated.json physics.json measured-1.3b.json; do
     [[ -f "$W/$f" ]] && cp "$W/$f" "$OUT/"
   done
 }
@@ -73,10 +81,9 @@ LD_LIBRARY_PATH="$libs" ldd "$B/bin/train" "$B/bin/gpu_kernels_bench" 2>&1 |
   grep -E 'cublas|nccl|stdc|not found' | tee -a "$W/device.txt" | grep -q "not found" &&
   echo "gpu_check: unresolved libraries (see device.txt)" | tee -a "$LOG" >&2
 
-# 1. Correctness, then the ceilings and kernel speeds.
-run kernels_test 90 "$B/tests/cuda_kernels_test" --gtest_output=json:"$W/kernels_test.json"
-run runtime_test 90 "$B/tests/cuda_runtime_test" --gtest_output=json:"$W/runtime_test.json"
-run bench 60 "$B/bin/gpu_kernels_bench" --benchmark_min_time=0.3 --benchmark_format=json --benchmark_out="$W/bench.json"
+# 1. Correctness first (the steps run in order of what matters most, should the time run out).
+run kernels_test 60 "$B/tests/cuda_kernels_test" --gtest_output=json:"$W/kernels_test.json"
+run runtime_test 60 "$B/tests/cuda_runtime_test" --gtest_output=json:"$W/runtime_test.json"
 
 # 2. GPT 1.3B on one GPU: 4 micro-batches of 8 x 2048 tokens per step, no recompute. Should NCCL
 #    not start on this machine, the same work runs again as rank 0 of the one-GPU plan with
@@ -96,7 +103,8 @@ if ((rc != 0 && rc != 124 && rc != 137)); then  # not for a step that ran out of
 fi
 
 # 3. Calibrate, simulate the same plan on the calibrated GPU, compare.
-run calibrate 90 "$B/bin/calibrate" --device cuda --base hgx-h200 --name h200-calibrated --out "$W/h200-calibrated.json"
+run calibrate $((90 + CALIBRATE_SUSTAINED_SECONDS)) "$B/bin/calibrate" --device cuda --base hgx-h200 --name hgx-h200-measured \
+  --sustained-seconds "$CALIBRATE_SUSTAINED_SECONDS" --out "$W/h200-calibrated.json"
 cluster="$W/h200-calibrated.json"
 if [[ ! -s "$cluster" ]]; then
   cluster=hgx-h200
@@ -105,6 +113,25 @@ fi
 run simulate_1.3b 30 "$B/bin/simulate" --model gpt-1.3b --cluster "$cluster" --plan "$W/plan-1.3b.json" \
   --format json --trace "$W/predicted-1.3b.json"
 run compare_1.3b 30 "$B/bin/compare" --predicted "$W/predicted-1.3b.json" --measured "$W/measured-1.3b.json" --format json
+
+# 3a. A second plan of the same model, priced on the same calibration: micro-batch 4, full recompute.
+sed -e 's/"micro_batch": 8/"micro_batch": 4/' -e 's/"recompute": "none"/"recompute": "full"/' "$W/plan-1.3b.json" >"$W/plan-1.3b-rc.json"
+run train_1.3b_rc 90 "$B/bin/train" --device cuda --plan "$W/plan-1.3b-rc.json" --model gpt-1.3b --steps 4 --init fast \
+  --peak-tflops 989.4 --format json --trace "$W/measured-1.3b-rc.json"
+run simulate_1.3b_rc 30 "$B/bin/simulate" --model gpt-1.3b --cluster "$cluster" --plan "$W/plan-1.3b-rc.json" \
+  --format json --trace "$W/predicted-1.3b-rc.json"
+
+# 3b. The kernels the frameworks run (PyTorch: cuBLAS, FP8 _scaled_mm, grouped GEMMs, FlashAttention-2,
+#     cuDNN attention, fused AdamW), the launch gap and the sustained GEMM rate.
+if ((PHYSICS_SECONDS > 0)); then
+  run physics $((PHYSICS_SECONDS + 20)) python3 tools/gpu_physics.py "$W/physics.json" --seconds "$PHYSICS_SECONDS" \
+    --sustained-seconds "$SUSTAINED_SECONDS"
+fi
+# The frameworks' attention curves, as measured, into the calibrated cluster (hgx-h200-measured).
+if [[ -s "$W/physics.json" && -s "$W/h200-calibrated.json" ]]; then
+  python3 tools/gpu_summary.py merge-physics "$W/h200-calibrated.json" "$W/physics.json" "$W/h200-calibrated.json" >>"$LOG" 2>&1
+fi
+run bench 60 "$B/bin/gpu_kernels_bench" --benchmark_min_time=0.3 --benchmark_format=json --benchmark_out="$W/bench.json"
 
 # 4. Rank emulation of Llama-2-13B, TP 8 x PP 4 x DP 2 (64 GPUs), ZeRO-1, 16 micro-batches of
 #    1 x 4096 per DP rank, 1F1B: ranks 0 (stage 0: embedding) and 48 (stage 3: output layer and

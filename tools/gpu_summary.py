@@ -3,6 +3,8 @@
 
   gpu_summary.py free-comm-cluster CLUSTER OUT   a copy of CLUSTER (path or bundled name) whose links
                                                  are free: the simulator then predicts compute only
+  gpu_summary.py merge-physics CLUSTER PHYS OUT  CLUSTER with the fa2 / cudnn attention curves that
+                                                 gpu_physics.py measured (PHYS) in place of its own
   gpu_summary.py report OUT                      the Markdown summary of a gpu_check run in OUT
 
 Every figure is read from the files the run wrote; a missing file is reported as missing, never
@@ -55,10 +57,34 @@ def free_comm_cluster(name, out):
     if c is None:
         sys.exit("gpu_summary: cannot read cluster " + path)
     for section, bw in (("node", "busbw_gbps"), ("network", "bw_per_gpu_gbps")):
-        c[section][bw] = 1e6
+        c[section][bw] = 1e6 if section == "node" else 100.0
         c[section]["latency_us"] = 0.0
-        c[section]["source"] = "links made free (1e6 GB/s, no latency) to predict compute alone"
+        c[section]["source"] = ("links made free (1e6 GB/s inside a node, the fastest NIC of 100 GB/s across, no latency): "
+                                "the emulated ranks' F and B ops then hold compute alone (TP runs inside a node)")
     c["name"] = c.get("name", "cluster") + "-free-comm"
+    with open(out, "w") as f:
+        json.dump(c, f, indent=2)
+
+
+def merge_physics(cluster_path, physics_path, out):
+    """The cluster with its fa2 and cudnn attention curves replaced by those gpu_physics.py measured
+    (PyTorch's FlashAttention-2 and cuDNN backends on this GPU): the kernels the frameworks run."""
+    c, p = load_json(cluster_path), load_json(physics_path)
+    if c is None or p is None:
+        sys.exit("gpu_summary: cannot read %s or %s" % (cluster_path, physics_path))
+    measured = {}
+    for r in p.get("attention") or []:
+        if "fwd_tflops" in r:
+            m = measured.setdefault((r["kernel"], r["head_dim"]), {"seq_len": [], "fwd_tflops": [], "bwd_tflops": []})
+            for key in ("seq_len", "fwd_tflops", "bwd_tflops"):
+                m[key].append(round(r[key], 1))
+    a = c["gpu"].setdefault("attention", {"source": "", "curves": []})
+    kernels = {k for k, _ in measured}
+    a["curves"] = [cv for cv in a["curves"] if cv["kernel"] not in kernels] + [
+        dict(kernel=k, head_dim=d, **v) for (k, d), v in sorted(measured.items())]
+    a["source"] += (" %s: measured on one %s by tools/gpu_physics.py on %s (PyTorch %s, cuDNN %s; causal, bf16, "
+                    "16,384 tokens per call, h x d = 2,048; the masked half not counted)."
+                    % (" and ".join(sorted(kernels)), p.get("device"), p.get("date"), p.get("torch"), p.get("cudnn")))
     with open(out, "w") as f:
         json.dump(c, f, indent=2)
 
@@ -150,6 +176,14 @@ def training_section(out):
               "| allocated GiB (states + activations + buffers) | %s | %s | %s |"
               % (num(allocated / GIB, "%.2f"), num(times(measured_mem, 1 / GIB), "%.2f"), err(allocated, measured_mem)),
               "| peak GiB incl. margin and reserve | %s | | |" % num(times(sim.get("peak_memory_bytes"), 1 / GIB), "%.2f")]
+    rc = last_json_line(os.path.join(out, "train_1.3b_rc.txt"), "step_time_s")
+    rc_sim = last_json_line(os.path.join(out, "simulate_1.3b_rc.txt"), "step_time_s")
+    if rc is not None and rc_sim is not None:
+        lines.append("| step time s, micro-batch 4, full recompute | %s | %s | %s |" % (
+            num(rc_sim.get("step_time_s"), "%.4f"), num(rc.get("step_time_s"), "%.4f"),
+            err(rc_sim.get("step_time_s"), rc.get("step_time_s"))))
+        VERDICT["1.3B (mb 4, full recompute) step time error"] = verdict(
+            rel(rc_sim.get("step_time_s"), rc.get("step_time_s")), 0.05)
     VERDICT["1.3B MFU"] = num(times(t.get("mfu"), 100), "%.1f%%") + " (target >= 50%)"
     VERDICT["1.3B step time error"] = verdict(rel(sim.get("step_time_s"), t.get("step_time_s")), 0.05)
     VERDICT["1.3B memory error"] = verdict(rel(allocated, measured_mem), 0.03)
@@ -205,6 +239,67 @@ def bench_verdict(out):
     VERDICT["device copy best"] = num(best["copy"], "%.0f GB/s") + " (ceiling ~4300)"
 
 
+def calibrate_section(out):
+    """What `calibrate --device cuda` measured of Parallax's own kernels (h200-calibrated.json)."""
+    c = load_json(os.path.join(out, "h200-calibrated.json"))
+    lines = ["## calibrate --device cuda (Parallax's kernels)", ""]
+    if c is None:
+        return lines + ["h200-calibrated.json: missing (see calibrate.txt)"]
+    g, m = c["gpu"], c["gpu"].get("measured", {})
+    su, lg = m.get("sustained") or {}, m.get("launch_gap") or {}
+    lines += ["gemm_max_efficiency %s (best %s TFLOP/s x sustained/burst %s), gemm_half_dim %s, memory_efficiency %s, "
+              "optimizer_efficiency %s" % (num(g.get("gemm_max_efficiency"), "%.3f"), num(m.get("best_bf16_gemm_tflops"), "%.0f"),
+                                           num(m.get("sustained_over_burst"), "%.3f"), num(g.get("gemm_half_dim"), "%.0f"),
+                                           num(g.get("memory_efficiency"), "%.3f"), num(g.get("optimizer_efficiency"), "%.3f")),
+              "", "sustained 8192^3 GEMM: first 5 s %s, last 5 s %s TFLOP/s over %s s; per 10 s: %s" % (
+                  num(su.get("first_5s_tflops"), "%.0f"), num(su.get("last_5s_tflops"), "%.0f"), num(su.get("seconds"), "%.0f"),
+                  ", ".join(num(x, "%.0f") for x in su.get("per_10s_tflops", []))),
+              "", "launch gap per kernel: eager %s us, CUDA graph %s us" % (
+                  num(lg.get("eager_us_per_kernel"), "%.2f"), num(lg.get("graph_us_per_kernel"), "%.2f")), "",
+              "| attention (parallax) | head dim | seq | fwd TFLOP/s | bwd TFLOP/s |", "|---|---:|---:|---:|---:|"]
+    for cv in g.get("attention", {}).get("curves", []):
+        if cv.get("kernel") == "parallax":
+            for i, t in enumerate(cv["seq_len"]):
+                lines.append("| parallax | %d | %d | %s | %s |" % (cv["head_dim"], t, num(cv["fwd_tflops"][i], "%.0f"),
+                                                                   num(cv["bwd_tflops"][i], "%.0f")))
+    VERDICT["sustained bf16 GEMM (parallax)"] = "%s -> %s TFLOP/s over %s s" % (
+        num(su.get("first_5s_tflops"), "%.0f"), num(su.get("last_5s_tflops"), "%.0f"), num(su.get("seconds"), "%.0f"))
+    return lines
+
+
+def physics_section(out):
+    """The framework kernels' physics (tools/gpu_physics.py), in brief; physics.json has every row."""
+    j = load_json(os.path.join(out, "physics.json"))
+    if j is None:
+        return ["## Framework kernels (PyTorch)", "", "physics.json: missing"]
+    lines = ["## Framework kernels (PyTorch %s, CUDA %s, cuDNN %s)" % (j.get("torch"), j.get("cuda"), j.get("cudnn")), ""]
+    lg = j.get("launch_gap") or {}
+    lines.append("launch gap per kernel: eager %s us, CUDA graph %s us" % (
+        num(lg.get("eager_us_per_kernel"), "%.2f"), num(lg.get("graph_us_per_kernel"), "%.2f")))
+    for key in ("gemm_bf16", "gemm_fp8"):
+        rows = [r for r in j.get(key) or [] if "tflops" in r]
+        if rows:
+            best = max(rows, key=lambda r: r["tflops"])
+            VERDICT[key + " best"] = "%.0f TFLOP/s at %dx%dx%d" % (best["tflops"], best["m"], best["n"], best["k"])
+    lines += ["", "| kernel | GB/s |", "|---|---:|"]
+    lines += ["| %s | %s |" % (r["kernel"], num(r.get("gbps"), "%.0f")) for r in j.get("memory_kernels") or []]
+    lines += ["", "| attention kernel | head dim | seq | fwd TFLOP/s | bwd TFLOP/s |", "|---|---:|---:|---:|---:|"]
+    lines += ["| %s | %d | %d | %s | %s |" % (r["kernel"], r["head_dim"], r["seq_len"], num(r.get("fwd_tflops"), "%.0f"),
+                                              num(r.get("bwd_tflops"), "%.0f") if "error" not in r else r["error"][:60])
+              for r in j.get("attention") or []]
+    lines += ["", "| grouped GEMM | tokens/expert | loop | bmm | _grouped_mm | dense large-M |", "|---|---:|---:|---:|---:|---:|"]
+    lines += ["| %s | %d | %s | %s | %s | %s |" % (r["shape"], r["tokens_per_expert"], num(r.get("loop_tflops"), "%.0f"),
+                                                   num(r.get("bmm_tflops"), "%.0f"), num(r.get("grouped_mm_tflops"), "%.0f"),
+                                                   num(r.get("dense_large_m_tflops"), "%.0f"))
+              for r in j.get("grouped_gemm") or []]
+    su = j.get("sustained")
+    if su:
+        VERDICT["sustained bf16 GEMM (PyTorch)"] = "%s -> %s TFLOP/s over %s s" % (
+            num(su.get("first_5s_tflops"), "%.0f"), num(su.get("last_5s_tflops"), "%.0f"), su.get("seconds", "?"))
+    lines += ["", "errors: %s" % "; ".join(j.get("errors", [])) if j.get("errors") else ""]
+    return lines
+
+
 VERDICT = {}
 
 
@@ -214,7 +309,8 @@ def report(out):
     VERDICT["GPU tests"] = tests_verdict(out)
     for key in ("1.3B MFU", "1.3B step time error", "1.3B memory error"):
         VERDICT[key] = "n/a (no result)"
-    for section in (tests_section, bench_section, bench_verdict, training_section, emulation_section):
+    for section in (tests_section, bench_section, bench_verdict, training_section, calibrate_section, physics_section,
+                    emulation_section):
         try:
             lines += (section(out) or []) + [""]
         except Exception as e:  # one broken result must not hide the others
@@ -227,6 +323,8 @@ def report(out):
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "free-comm-cluster":
         free_comm_cluster(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 5 and sys.argv[1] == "merge-physics":
+        merge_physics(sys.argv[2], sys.argv[3], sys.argv[4])
     elif len(sys.argv) == 3 and sys.argv[1] == "report":
         report(sys.argv[2])
     else:

@@ -158,7 +158,7 @@ def plan_fields(r):
                                     'torchtitan places them by the config, uneven first and last stages assumed)')
         if 'float8' in prec.lower() or prec.startswith('fp8'):
             if 'rowwise' in prec:
-                a['fp8'] = 'rowwise scaling (torchao Float8 rowwise) as published; Parallax prices FP8 with tensorwise scaling only'
+                a['fp8'] = 'rowwise scaling (torchao Float8 rowwise) as published: fp8_recipe rowwise'
             else:
                 a['fp8'] = 'torchao Float8 tensorwise dynamic scaling = current scaling (fp8_recipe current)'
                 if 'fsdp float8 all-gather' in prec:

@@ -41,9 +41,6 @@ def cluster(r):
 
 def lacks(r):
     """A mechanism the row needs that Parallax does not price (the row stays, not expressible)."""
-    if 'rowwise' in str(r['precision']):
-        return ('FP8 with rowwise scaling (torchao Float8 rowwise): Parallax prices FP8 GEMMs with tensorwise '
-                'delayed or current scaling only')
     if 'every n-th' in str(r['recompute']):
         return ('fms-fsdp selective checkpointing of every n-th block (n unstated): Parallax recomputes the '
                 'attention core, torchtitan\'s op policy or every block')
@@ -93,6 +90,7 @@ def plan(r):
     precision = 'fp8' if pr.startswith('fp8') else 'fp16' if pr.startswith('fp16') else 'bf16'
     if precision == 'fp8' and ('fp8_params' in pr or 'float8 all-gather' in pr): execution['fp8_param_gather'] = True
     if precision == 'fp8' and ('current' in pr or 'tensorwise' in pr or 'Float8' in pr): execution['fp8_recipe'] = 'current'
+    if precision == 'fp8' and 'rowwise' in pr: execution['fp8_recipe'] = 'rowwise'  # torchao Float8 rowwise
     notes = r.get('notes', '')
     # Token dropping at capacity 1.0, padded to capacity: every expert computes exactly the mean load.
     if 'moe_expert_capacity_factor=1.0' in notes: execution['moe_capacity_factor'] = 1.0

@@ -246,6 +246,36 @@ TEST(StepCosts, Fp8UsesTheFp8Peak) {
   EXPECT_EQ(bytes_per_param(p).gathered, 1);
 }
 
+// Rowwise scaling runs the FP8 GEMMs at the GPU's fp8_rowwise_gemm_fraction of tensorwise ones: at
+// 0.5 a layer's forward grows by exactly its FP8 GEMMs' tensorwise time (each GEMM taking twice as
+// long) over the same plan at 1, the attention core and the bf16 router unchanged. Its casts move
+// 10 bytes per element against current scaling's 6 (two quantizations, along each GEMM's reduction
+// axis), so at fraction 1 the rowwise layer is still the slower.
+TEST(StepCosts, Fp8RowwiseScaledGemms) {
+  nlohmann::json j = testing_support::round_cluster_json();
+  j["gpu"]["peak_tflops"]["fp8"] = 200;
+  const ClusterSpec c = cluster_from_json(j, "round").value();
+  const ModelSpec m = load("llama3.1-8b");
+  Plan current = plan(1, 1, 1, 1, 4096), rowwise = current;
+  current.precision = rowwise.precision = Precision::kFp8;
+  current.execution.fp8_recipe = Fp8Recipe::kCurrent;
+  rowwise.execution.fp8_recipe = Fp8Recipe::kRowwise;
+  const double rowwise_at_one_s = layer_timing(m, c, rowwise).forward_s;
+  EXPECT_GT(rowwise_at_one_s, layer_timing(m, c, current).forward_s);
+  j["gpu"]["fp8_rowwise_gemm_fraction"] = 0.5;
+  const ClusterSpec half = cluster_from_json(j, "round").value();
+  double fp8_gemms_s = 0;
+  for (const Gemm& g : layer_gemms(m, GemmShape{4096, 1, 1, 1, 1}))
+    if (std::string(g.name) != "scores" && std::string(g.name) != "attn_v" && std::string(g.name) != "router")
+      fp8_gemms_s += gemm_time_s(half.gpu, Precision::kFp8, g);
+  ASSERT_GT(fp8_gemms_s, 0);
+  EXPECT_NEAR(layer_timing(m, half, rowwise).forward_s - rowwise_at_one_s, fp8_gemms_s, 1e-9 * fp8_gemms_s);
+  // The recipe round-trips through JSON; Megatron has no rowwise recipe to export.
+  EXPECT_EQ(plan_from_json(plan_to_json(rowwise), "j").value().execution.fp8_recipe, Fp8Recipe::kRowwise);
+  rowwise.zero = 1;
+  EXPECT_NE(megatron_arguments(m, rowwise).error().find("fp8_recipe rowwise"), std::string::npos);
+}
+
 // Mixtral, DP 4, EP 2, ZeRO-1: each rank holds 4 of the 8 experts; their gradients reduce over the
 // 2 ranks holding the same experts, beside the dense buckets over all 4.
 TEST(StepProgram, ExpertGradientsReduceOverTheirOwnRanks) {

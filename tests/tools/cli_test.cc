@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../tool_paths.h"
+#include "models/model_spec.h"
 
 namespace {
 
@@ -348,6 +349,19 @@ TEST(Simulate, BadInputs) {
   expect_bad_input(run("simulate", "--model 13b --tp 8 --pp 16000000 --dp 16000000 --micro-batch 1"),
                    "invalid plan: tp x cp x pp x dp is above the supported 10^8 GPUs");
   expect_bad_input(run("planner", "--model 13b --gpus 1000000000"), "--gpus 1000000000 is above the supported 10^8");
+}
+
+// calibrate --refit fits the GEMM keys again from what a GPU calibration measured: the bundled
+// H200 measurement gives back its own grid and curve; a cluster that measured nothing is refused.
+TEST(Calibrate, RefitFromMeasuredGemmRates) {
+  const ToolRun r = run("calibrate", "--refit hgx-h200-measured");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json c = nlohmann::json::parse(r.out);
+  const nlohmann::json bundled = nlohmann::json::parse(slurp(parallax::data_dir() + "/clusters/hgx-h200-measured.json"));
+  EXPECT_EQ(c["gpu"]["gemm_grid"], bundled["gpu"]["gemm_grid"]);
+  EXPECT_EQ(c["gpu"]["gemm_grid"]["dims"], nlohmann::json::parse("[64, 256, 1024, 4096, 16384]"));
+  EXPECT_DOUBLE_EQ(c["gpu"]["gemm_max_efficiency"].get<double>(), bundled["gpu"]["gemm_max_efficiency"].get<double>());
+  expect_bad_input(run("calibrate", "--refit hgx-h200"), "gpu.measured: key 'gemm_bf16_m_n_k_tflops'");
 }
 
 TEST(Train, BadInputs) {
