@@ -78,8 +78,10 @@ MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage
     // ZeRO-3 gathers the current layer and prefetches the next.
     mem.buffers += 2 * d(layer_params(m).total()) / d(plan.tp) * bpp.weights;
   }
-  const double allocated = mem.weights + mem.gradients + mem.optimizer + mem.activations + mem.buffers;
-  mem.margin = plan.execution.allocator_margin * allocated + reserved_bytes;
+  // Weights, the gradient buffer and optimizer states are allocated once, in a few large buffers
+  // (Megatron's contiguous param and grad buffers, FSDP's flat parameters): the caching
+  // allocator fragments what comes and goes every step, activations and staging buffers.
+  mem.margin = plan.execution.allocator_margin * (mem.activations + mem.buffers) + reserved_bytes;
   return mem;
 }
 

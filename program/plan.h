@@ -51,7 +51,7 @@ struct Execution {
   // --tp-comm-overlap; torchtitan's async TP): the calibrated share of their time stays exposed.
   bool tp_comm_overlap = false;
   double dp_bucket_mib = 40.0;        // gradient bucket for DP reduction
-  double allocator_margin = 0.05;     // caching-allocator fragmentation, fraction of allocations
+  double allocator_margin = 0.05;     // caching-allocator fragmentation, fraction of activations + buffers
   double microbatch_overhead_us = 0;  // fixed cost per micro-batch per stage (launches, data)
   double step_overhead_us = 0;        // fixed cost per step
   // With bf16/fp16: gradients accumulated and DP-reduced in fp32 (4 bytes, not 2), as Megatron-LM's

@@ -18,6 +18,8 @@ std::string model_gap(const ModelSpec& m) {
   if (m.norm == Norm::kLayerNorm && !m.norm_bias) return of("LayerNorm without a bias");
   if (m.qk_norm_params > 0) return of("q/k norms");
   if (m.parallel_block) return of("parallel attention and MLP blocks");
+  if (m.lm_head_bias) return of("an output-layer bias");
+  if (m.is_moe() && m.has_mlp_bias()) return of("biases on the experts' linears");
   if (m.mlp == Mlp::kSwiGlu && m.hidden_act != "silu") return of("a gated MLP with " + m.hidden_act);
   if (m.mlp == Mlp::kGelu && m.hidden_act != "gelu_new" && m.hidden_act != "gelu_pytorch_tanh")
     return of("the " + m.hidden_act + " activation (it runs GELU's tanh form)");

@@ -108,21 +108,21 @@ void Transformer::init_layer(Layer& L, int64_t index, uint64_t seed) {
   fill_normal(w, q_local_, h, tp_rank_ * q_local_, 0, h, seed, id, kInitStd);
   fill_normal(w + q_local_ * h, kv_local_, h, q + tp_rank_ * kv_local_, 0, h, seed, id, kInitStd);
   fill_normal(w + (q_local_ + kv_local_) * h, kv_local_, h, q + kv + tp_rank_ * kv_local_, 0, h, seed, id, kInitStd);
-  if (m_.linear_bias || m_.qkv_bias) make(L.qkv_b, n + "qkv.b", q_local_ + 2 * kv_local_, false, ParamRole::kBias);
+  if (m_.has_qkv_bias()) make(L.qkv_b, n + "qkv.b", q_local_ + 2 * kv_local_, false, ParamRole::kBias);
   // Attention output: this rank's columns of the full [h, q] weight.
   make(L.proj_w, n + "proj.w", h * q_local_, false, ParamRole::kMatrix);
   fill_normal(L.proj_w.value.data(), h, q_local_, 0, tp_rank_ * q_local_, q, seed, id + 1, out_std);
-  if (m_.linear_bias) make(L.proj_b, n + "proj.b", h, true, ParamRole::kBias);
+  if (m_.has_o_bias()) make(L.proj_b, n + "proj.b", h, true, ParamRole::kBias);
   if (m_.is_moe()) return init_experts(L, n, index, seed);
   // FC1: this rank's rows (for SwiGLU, of the gate block and of the up block).
   make(L.fc1_w, n + "fc1.w", fc1_local_ * h, false, ParamRole::kMatrix);
   fill_normal(L.fc1_w.value.data(), ffn_local_, h, tp_rank_ * ffn_local_, 0, h, seed, id + 2, kInitStd);
   if (m_.mlp == Mlp::kSwiGlu)
     fill_normal(L.fc1_w.value.data() + ffn_local_ * h, ffn_local_, h, f + tp_rank_ * ffn_local_, 0, h, seed, id + 2, kInitStd);
-  if (m_.linear_bias) make(L.fc1_b, n + "fc1.b", fc1_local_, false, ParamRole::kBias);
+  if (m_.has_mlp_bias()) make(L.fc1_b, n + "fc1.b", fc1_local_, false, ParamRole::kBias);
   make(L.fc2_w, n + "fc2.w", h * ffn_local_, false, ParamRole::kMatrix);
   fill_normal(L.fc2_w.value.data(), h, ffn_local_, 0, tp_rank_ * ffn_local_, f, seed, id + 3, out_std);
-  if (m_.linear_bias) make(L.fc2_b, n + "fc2.b", h, true, ParamRole::kBias);
+  if (m_.has_mlp_bias()) make(L.fc2_b, n + "fc2.b", h, true, ParamRole::kBias);
 }
 
 std::vector<Param*> Transformer::Layer::params() {

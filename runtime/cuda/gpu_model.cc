@@ -45,7 +45,7 @@ void GpuModel<T>::add(const std::string& name, int64_t size, bool replicated, Pa
 template <class T>
 void GpuModel<T>::layout() {
   const int64_t h = m_.hidden, ql = q_local_, kvl = kv_local_, f1 = fc1_local_, fl = ffn_local_;
-  const bool ln = m_.norm == Norm::kLayerNorm, bias = m_.linear_bias;
+  const bool ln = m_.norm == Norm::kLayerNorm;
   auto index = [this] { return static_cast<int64_t>(tensors_.size()); };
   if (first_stage()) {
     wte_ = index(), add("wte", vocab_local_ * h, false, ParamRole::kEmbedding);
@@ -68,15 +68,15 @@ void GpuModel<T>::layout() {
     put(L.ln1_w, "ln1.w", h, true, kNormWeight);
     if (ln) put(L.ln1_b, "ln1.b", h, true, kNormBias);
     put(L.qkv_w, "qkv.w", (ql + 2 * kvl) * h, false, kMatrix);
-    if (bias || m_.qkv_bias) put(L.qkv_b, "qkv.b", ql + 2 * kvl, false, kBias);
+    if (m_.has_qkv_bias()) put(L.qkv_b, "qkv.b", ql + 2 * kvl, false, kBias);
     put(L.proj_w, "proj.w", h * ql, false, kMatrix);
-    if (bias) put(L.proj_b, "proj.b", h, true, kBias);
+    if (m_.has_o_bias()) put(L.proj_b, "proj.b", h, true, kBias);
     put(L.ln2_w, "ln2.w", h, true, kNormWeight);
     if (ln) put(L.ln2_b, "ln2.b", h, true, kNormBias);
     put(L.fc1_w, "fc1.w", f1 * h, false, kMatrix);
-    if (bias) put(L.fc1_b, "fc1.b", f1, false, kBias);
+    if (m_.has_mlp_bias()) put(L.fc1_b, "fc1.b", f1, false, kBias);
     put(L.fc2_w, "fc2.w", h * fl, false, kMatrix);
-    if (bias) put(L.fc2_b, "fc2.b", h, true, kBias);
+    if (m_.has_mlp_bias()) put(L.fc2_b, "fc2.b", h, true, kBias);
     layers_.push_back(L);
     const int64_t begin = tensors_[first].offset;
     layer_ranges_.push_back({begin, count_ - begin});

@@ -161,6 +161,13 @@ TEST(Equivalence, Nemotron) {
   expect_same_training("tiny-nemotron", {1, 2, 2, 1, "1f1b", 1, 1, "selective"});
 }
 
+// Llama with attention_bias and mlp_bias: the Q, K, V and gate/up biases split with their
+// rows over TP, the O and down biases are whole on every rank (TP 2 with SP; TP 2 x PP 2).
+TEST(Equivalence, Biases) {
+  expect_same_training("tiny-llama-bias", {2, 1, 1, 2, "1f1b", 1, 0, "none", true});
+  expect_same_training("tiny-llama-bias", {2, 2, 1, 1});
+}
+
 TEST(Equivalence, Mixtures) {
   expect_same_training("tiny-gpt", {2, 1, 2, 1});
   expect_same_training("tiny-llama", {2, 1, 2, 2});

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "models/layer_cost.h"
 #include "runtime/trainer.h"
 #include "runtime/transformer.h"
 #include "runtime/transformer_cache.h"
@@ -46,7 +47,7 @@ TEST(Transformer, InitialLossIsLogVocab) {
 // at h and h/2 (h = 0.02) combined by Richardson extrapolation, (4 D(h/2) - D(h)) / 3, which
 // cancels the h^2 error that directions such as residual biases are curved enough to show.
 TEST(Transformer, GradientsMatchFiniteDifferences) {
-  for (const char* name : {"tiny-gpt", "tiny-llama"}) {
+  for (const char* name : {"tiny-gpt", "tiny-llama", "tiny-llama-bias"}) {
     const ModelSpec m = tiny(name);
     Transformer t = Transformer::create(m, 1, 0, 99).value();
     auto self = make_self_communicator();
@@ -82,6 +83,22 @@ TEST(Transformer, GradientsMatchFiniteDifferences) {
     }
     EXPECT_GT(checked, 50u);
   }
+}
+
+// The runtime holds every parameter the model has: its tensors add up to the model's count
+// (models/layer_cost.h), so a bias the config asks for (Llama's attention_bias on Q, K, V and O,
+// its mlp_bias on gate, up and down) is trained, not dropped.
+TEST(Transformer, HoldsEveryParameterOfTheModel) {
+  for (const char* name : {"tiny-gpt", "tiny-llama", "tiny-llama-bias", "tiny-nemotron"}) {
+    const ModelSpec m = tiny(name);
+    Transformer t = Transformer::create(m, 1, 0, 1).value();
+    int64_t held = 0;
+    for (Param* p : t.params()) held += static_cast<int64_t>(p->value.size());
+    EXPECT_EQ(held, total_params(m)) << name;
+  }
+  // tiny-llama-bias over tiny-llama, per layer: Q, K, V and O biases (32 + 2 x 16 + 32) and the
+  // gate, up and down biases (2 x 64 + 32): 256, times 4 layers.
+  EXPECT_EQ(total_params(tiny("tiny-llama-bias")) - total_params(tiny("tiny-llama")), 4 * 256);
 }
 
 TEST(Transformer, TpMustDivideTheModel) {
