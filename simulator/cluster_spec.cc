@@ -1,5 +1,6 @@
 #include "simulator/cluster_spec.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "models/json_fields.h"
@@ -23,6 +24,13 @@ std::string gpu_refusal(const ClusterSpec& c, Precision p) {
 }
 
 namespace {
+
+// A number for an error message; a cast of an absurd value to an integer would be undefined.
+std::string shown(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.15g", v);
+  return text;
+}
 
 void require_source(JsonFields& f) { (void)f.required_string("source"); }
 
@@ -119,13 +127,13 @@ Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
   for (const auto& [key, value] : {std::pair{"bf16", g.peak_bf16_tflops}, {"fp16", g.peak_fp16_tflops},
                                    {"fp32", g.peak_fp32_tflops}, {"fp8", g.peak_fp8_tflops}})
     if (p.ok() && value > 1e5)
-      p.fail(key, "is in TFLOP/s and " + std::to_string(static_cast<int64_t>(value)) +
+      p.fail(key, "is in TFLOP/s and " + shown(value) +
                       " is beyond any GPU (FLOP/s typed as TFLOP/s? an H100's bf16 peak is 989)");
   if (!p.ok()) return Error{p.error()};
   g.hbm_gib = f.required_number("hbm_gib");
   // The largest GPU memories today are a few hundred GiB: thousands are bytes or MiB typed as GiB.
   if (f.ok() && g.hbm_gib > 4096)
-    f.fail("hbm_gib", "is in GiB and " + std::to_string(static_cast<int64_t>(g.hbm_gib)) +
+    f.fail("hbm_gib", "is in GiB and " + shown(g.hbm_gib) +
                           " is beyond any GPU (bytes or MiB typed as GiB? an 80 GB H100 is 80)");
   g.hbm_gbps = f.required_bandwidth_gbps("hbm_gbps");
   read_fraction(f, "gemm_max_efficiency", g.gemm_max_efficiency);
@@ -173,7 +181,7 @@ Status read_network(const nlohmann::json& j, const std::string& where, NetworkSp
   n.bw_per_gpu_gbps = f.required_bandwidth_gbps("bw_per_gpu_gbps");
   // The fastest NICs today run 800 Gb/s = 100 GB/s; more per GPU is a bits-for-bytes slip.
   if (f.ok() && n.bw_per_gpu_gbps > 100)
-    f.fail("bw_per_gpu_gbps", std::to_string(static_cast<int64_t>(n.bw_per_gpu_gbps)) +
+    f.fail("bw_per_gpu_gbps", shown(n.bw_per_gpu_gbps) +
                                   " GB/s per GPU is faster than any NIC (800 Gb/s = 100 GB/s): _gbps is gigaBYTES "
                                   "per second; write a 400 Gb/s NIC as 50 or \"400 Gb/s\"");
   n.latency_us = f.required_number("latency_us", /*allow_zero=*/true);
