@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checkpoint_reader  # noqa: E402
 
-MODELS = ["tiny-gpt", "tiny-llama", "tiny-mixtral", "tiny-nemotron"]
+MODELS = ["tiny-gpt", "tiny-llama", "tiny-llama-bias", "tiny-mixtral", "tiny-nemotron"]
 GLOBAL_BATCH, SEQ_LEN, STEPS = 8, 16, 3
 TOLERANCE = 1e-5
 # fp8 rounds each GEMM operand to 3 mantissa bits: an fp32 summation-order difference that moves a
