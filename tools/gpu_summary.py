@@ -83,7 +83,7 @@ def merge_physics(cluster_path, physics_path, out):
     a["curves"] = [cv for cv in a["curves"] if cv["kernel"] not in kernels] + [
         dict(kernel=k, head_dim=d, **v) for (k, d), v in sorted(measured.items())]
     a["source"] += (" %s: measured on one %s by tools/gpu_physics.py on %s (PyTorch %s, cuDNN %s; causal, bf16, "
-                    "16,384 tokens per call, h x d = 2,048; the masked half not counted)."
+                    "max(1, 16,384 / s) sequences of s per call, h x d = 2,048; the masked half not counted)."
                     % (" and ".join(sorted(kernels)), p.get("device"), p.get("date"), p.get("torch"), p.get("cudnn")))
     with open(out, "w") as f:
         json.dump(c, f, indent=2)

@@ -83,9 +83,6 @@ TEST(ComputeCost, WaveQuantization) {
   EXPECT_DOUBLE_EQ(wave_efficiency(gpu, Gemm{"g", 40, 40, 64}), 1600.0 / (10 * 48.0 * 48.0));
 }
 
-// Operand bytes: inputs M x K and K x N at 1 byte (FP8), 2 (bf16) or 4 (fp32), the M x N output at
-// 2 (4 in fp32), per batch. 5 x (2 x 4 x 3): inputs 8 + 12 = 20 elements, output 6:
-// FP8 5 x (20 + 2 x 6) = 160; bf16 5 x (2 x 20 + 2 x 6) = 260; fp32 5 x (4 x 20 + 4 x 6) = 520.
 // A measured grid, dims {1024, 4096} on the round GPU (100 TFLOP/s): 80 TFLOP/s at every corner
 // but (4096, 4096, 4096), 40. At the corner (1024, 1024, 1024): 0.8. At M = N = K = 2048, halfway
 // in log2 on each axis, every corner weighs 1/8: (7 x 80 + 40) / 8 = 75 TFLOP/s = 0.75. Beyond the
@@ -108,6 +105,9 @@ TEST(ComputeCost, GemmEfficiencyInterpolatesAMeasuredGrid) {
   EXPECT_NE(bad.error().find("c.json: gpu.gemm_grid: key 'bf16_tflops'"), std::string::npos) << bad.error();
 }
 
+// Operand bytes: inputs M x K and K x N at 1 byte (FP8), 2 (bf16) or 4 (fp32), the M x N output at
+// 2 (4 in fp32), per batch. 5 x (2 x 4 x 3): inputs 8 + 12 = 20 elements, output 6:
+// FP8 5 x (20 + 2 x 6) = 160; bf16 5 x (2 x 20 + 2 x 6) = 260; fp32 5 x (4 x 20 + 4 x 6) = 520.
 TEST(ComputeCost, GemmOperandBytes) {
   const Gemm g{"g", 2, 3, 4, 5};
   EXPECT_DOUBLE_EQ(gemm_operand_bytes(Precision::kFp8, g), 160);
