@@ -46,6 +46,8 @@ const char* kernels_name(KernelFusion k) { return enum_name(k, kFusions); }
 const char* selective_name(SelectiveRecompute s) { return enum_name(s, kSelectives); }
 const char* cp_comm_name(CpComm c) { return enum_name(c, kCpComms); }
 const char* fp8_recipe_name(Fp8Recipe r) { return enum_name(r, kFp8Recipes); }
+std::optional<CpComm> parse_cp_comm(const std::string& s) { return parse_enum(s, kCpComms); }
+std::optional<Fp8Recipe> parse_fp8_recipe(const std::string& s) { return parse_enum(s, kFp8Recipes); }
 std::optional<Schedule> parse_schedule(const std::string& s) { return parse_enum(s, kSchedules); }
 std::optional<Recompute> parse_recompute(const std::string& s) { return parse_enum(s, kRecomputes); }
 std::optional<Precision> parse_precision(const std::string& s) { return parse_enum(s, kPrecisions); }
@@ -263,8 +265,6 @@ E read_enum(JsonFields& f, const char* key, std::optional<E> (*parse)(const std:
 std::optional<AttentionKernel> parse_kernel(const std::string& s) { return parse_enum(s, kKernels); }
 std::optional<KernelFusion> parse_fusion(const std::string& s) { return parse_enum(s, kFusions); }
 std::optional<SelectiveRecompute> parse_selective(const std::string& s) { return parse_enum(s, kSelectives); }
-std::optional<CpComm> parse_cp_comm(const std::string& s) { return parse_enum(s, kCpComms); }
-std::optional<Fp8Recipe> parse_fp8_recipe(const std::string& s) { return parse_enum(s, kFp8Recipes); }
 
 // Returns the first problem as one line, or "".
 std::string read_execution(const nlohmann::json& j, const std::string& where, Execution& e) {

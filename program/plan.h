@@ -141,6 +141,8 @@ const char* fp8_recipe_name(Fp8Recipe r);
 std::optional<Schedule> parse_schedule(const std::string& s);
 std::optional<Recompute> parse_recompute(const std::string& s);
 std::optional<Precision> parse_precision(const std::string& s);
+std::optional<CpComm> parse_cp_comm(const std::string& s);
+std::optional<Fp8Recipe> parse_fp8_recipe(const std::string& s);
 
 // Constraints a plan can break. Codes let the search count rejections without building strings.
 // The most micro-batches per step a plan may have: the simulator runs every one of them.

@@ -37,27 +37,37 @@ Result<nlohmann::json> read_cluster_json(const std::string& name) {
 Result<nlohmann::json> fit_gemm_keys(nlohmann::json c, const std::string& where) {
   Result<ClusterSpec> spec = cluster_from_json(c, where);
   if (!spec.ok()) return Error{spec.error()};
-  const nlohmann::json measured = c["gpu"].value("measured", nlohmann::json::object());
+  const nlohmann::json& gpu = c["gpu"];
+  const nlohmann::json measured = gpu.contains("measured") && gpu["measured"].is_object() ? gpu["measured"] : nlohmann::json::object();
+  const nlohmann::json rows = measured.contains("gemm_bf16_m_n_k_tflops") ? measured["gemm_bf16_m_n_k_tflops"] : nlohmann::json::array();
+  const std::string bad = where + ": gpu.measured: key 'gemm_bf16_m_n_k_tflops': rows must be [m, n, k, TFLOP/s], all positive";
+  if (!rows.is_array()) return Error{bad};
   std::vector<GemmRate> rates;
-  for (const auto& r : measured.value("gemm_bf16_m_n_k_tflops", nlohmann::json::array())) {
+  for (const auto& r : rows) {
     if (!r.is_array() || r.size() != 4 || !r[0].is_number_integer() || !r[1].is_number_integer() ||
         !r[2].is_number_integer() || !r[3].is_number() || r[0].get<int64_t>() <= 0 || r[1].get<int64_t>() <= 0 ||
         r[2].get<int64_t>() <= 0 || r[3].get<double>() <= 0)
-      return Error{where + ": gpu.measured: key 'gemm_bf16_m_n_k_tflops': rows must be [m, n, k, TFLOP/s], all positive"};
+      return Error{bad};
     rates.push_back({r[0].get<int64_t>(), r[1].get<int64_t>(), r[2].get<int64_t>(), r[3].get<double>()});
   }
   if (rates.empty())
     return Error{where + ": gpu.measured: key 'gemm_bf16_m_n_k_tflops' is missing or empty (written by calibrate --device cuda)"};
-  const double hold = measured.value("sustained_over_burst", 1.0);
+  const nlohmann::json& burst = measured.contains("sustained_over_burst") ? measured["sustained_over_burst"] : nlohmann::json(1.0);
+  const double hold = burst.is_number() && burst.get<double>() > 0 && burst.get<double>() <= 1 ? burst.get<double>() : 1.0;
   const GemmFit fit = fit_gemm_curve(spec->gpu, rates);
   c["gpu"]["gemm_max_efficiency"] = fit.max_efficiency * hold;
   c["gpu"]["gemm_half_dim"] = fit.half_dim;
   c["gpu"]["measured"]["gemm_fit_rms_log_error"] = fit.rms_log_error;
-  // The sweep covers a full grid (M-major): the cost model then reads the rates themselves, which
+  // A sweep over a full grid, in M-major order: the cost model then reads the rates themselves, which
   // the two-number curve fits only to within its rms error.
-  std::set<int64_t> dims;
-  for (const GemmRate& r : rates) dims.insert(r.m);
-  if (rates.size() == dims.size() * dims.size() * dims.size()) {
+  std::set<int64_t> m_dims;
+  for (const GemmRate& r : rates) m_dims.insert(r.m);
+  const std::vector<int64_t> dims(m_dims.begin(), m_dims.end());
+  const size_t n = dims.size();
+  bool grid = rates.size() == n * n * n;
+  for (size_t i = 0; grid && i < rates.size(); ++i)
+    grid = rates[i].m == dims[i / (n * n)] && rates[i].n == dims[i / n % n] && rates[i].k == dims[i % n];
+  if (grid) {
     nlohmann::json tflops = nlohmann::json::array();
     for (const GemmRate& r : rates) tflops.push_back(r.tflops * hold);
     c["gpu"]["gemm_grid"] = {{"dims", dims}, {"bf16_tflops", tflops},

@@ -125,9 +125,9 @@ Execution execution_or_fail(const ExecutionFlags& f) {
   if (f.overlap_grad_reduce) e.overlap_grad_reduce = true;
   if (f.fp32_gradients) e.fp32_gradients = true;
   if (!f.cp_comm.empty()) {
-    if (f.cp_comm != "p2p" && f.cp_comm != "all-gather" && f.cp_comm != "a2a")
-      fail("--cp-comm: unknown '" + f.cp_comm + "' (expected p2p|all-gather|a2a)");
-    e.cp_comm = f.cp_comm == "a2a" ? CpComm::kAllToAll : f.cp_comm == "all-gather" ? CpComm::kAllGather : CpComm::kP2p;
+    const std::optional<CpComm> c = parse_cp_comm(f.cp_comm);
+    if (!c) fail("--cp-comm: unknown '" + f.cp_comm + "' (expected p2p|all-gather|a2a)");
+    e.cp_comm = *c;
   }
   if (f.moe_imbalance != 0) {
     if (!(f.moe_imbalance >= 1 && f.moe_imbalance <= 1e3)) fail("--moe-imbalance must be between 1 (balanced) and 1000");
@@ -138,11 +138,9 @@ Execution execution_or_fail(const ExecutionFlags& f) {
     e.moe_capacity_factor = f.moe_capacity_factor;
   }
   if (!f.fp8_recipe.empty()) {
-    if (f.fp8_recipe != "delayed" && f.fp8_recipe != "current" && f.fp8_recipe != "rowwise")
-      fail("--fp8-recipe: unknown '" + f.fp8_recipe + "' (expected delayed|current|rowwise)");
-    e.fp8_recipe = f.fp8_recipe == "current" ? Fp8Recipe::kCurrent
-                   : f.fp8_recipe == "rowwise" ? Fp8Recipe::kRowwise
-                                               : Fp8Recipe::kDelayed;
+    const std::optional<Fp8Recipe> r = parse_fp8_recipe(f.fp8_recipe);
+    if (!r) fail("--fp8-recipe: unknown '" + f.fp8_recipe + "' (expected delayed|current|rowwise)");
+    e.fp8_recipe = *r;
   }
   if (f.fp8_param_gather) e.fp8_param_gather = true;
   if (f.tp_comm_overlap) e.tp_comm_overlap = true;
