@@ -131,7 +131,8 @@ double attention_executed_fraction(int64_t seq_len, AttentionKernel kernel) {
 }
 
 double hardware_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch,
-                               Recompute recompute, SelectiveRecompute selective, AttentionKernel kernel) {
+                               Recompute recompute, SelectiveRecompute selective, AttentionKernel kernel,
+                               double recompute_fraction) {
   const bool flash = kernel == AttentionKernel::kFlash;
   const double share = attention_executed_fraction(seq_len, kernel);
   const double per_token = over_layers(m, [&](const ModelSpec& l) {
@@ -140,7 +141,7 @@ double hardware_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t glob
     // Model FLOPs count the core 3 times over the whole square (forward, and 2 x in the backward).
     const double run_core = share * core * (flash ? 3.5 : 3.0);
     double layer = p.forward + p.backward() - 3.0 * core + run_core;
-    if (recompute == Recompute::kFull) layer += p.forward - core + share * core;
+    if (recompute == Recompute::kFull) layer += recompute_fraction * (p.forward - core + share * core);
     if (recompute == Recompute::kSelective)
       layer += selective == SelectiveRecompute::kOps ? 2.0 * d(ops_recomputed_matmul_weights(l)) : share * core;
     return layer;
@@ -230,6 +231,14 @@ double layer_elementwise_bytes_per_token(const ModelSpec& m, int64_t seq_len, in
 }
 
 LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOptions& o) {
+  if (o.recompute == Recompute::kFull && o.recompute_fraction < 1) {
+    ActivationOptions full = o, kept = o;
+    full.recompute_fraction = kept.recompute_fraction = 1;
+    kept.recompute = Recompute::kNone;
+    const LayerActivations a = layer_activation_bytes(m, full), b = layer_activation_bytes(m, kept);
+    const double f = o.recompute_fraction;
+    return {f * a.attention + (1 - f) * b.attention, f * a.mlp + (1 - f) * b.mlp, f * a.norms + (1 - f) * b.norms};
+  }
   const double tokens = d(o.seq_len) / d(o.cp) * d(o.micro_batch);  // CP: s / cp per rank
   const double h = d(m.hidden), t = d(o.tp), rep = o.sequence_parallel ? t : 1.0;
   LayerActivations a;

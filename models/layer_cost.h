@@ -92,13 +92,14 @@ double attention_executed_fraction(int64_t seq_len, AttentionKernel kernel);
 // Hardware FLOPs: what the kernels execute. Matmuls as model FLOPs; the attention core as
 // attention_executed_fraction of the square, and a flash kernel's backward 2.5 x its forward (it
 // recomputes Q K^T; the FlashAttention benchmarks' convention); plus what activation recompute
-// re-runs (one forward of every layer for full recompute; for selective the attention core's
-// forward, or with the op-level policy the recomputed matmuls). Materialized attention (the
-// default) executes the full square, so without recompute hardware FLOPs equal model FLOPs.
+// re-runs (one forward of every layer for full recompute, of recompute_fraction of them when only
+// those recompute; for selective the attention core's forward, or with the op-level policy the
+// recomputed matmuls). Materialized attention (the default) executes the full square, so without
+// recompute hardware FLOPs equal model FLOPs.
 double hardware_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch,
                                Recompute recompute,
                                SelectiveRecompute selective = SelectiveRecompute::kAttentionCore,
-                               AttentionKernel kernel = AttentionKernel::kMaterialized);
+                               AttentionKernel kernel = AttentionKernel::kMaterialized, double recompute_fraction = 1);
 // Weights of the matmuls the op-level policy re-runs, per layer: every second matmul in call order
 // (Q, K, V, O, then gate, up, down or FC1, FC2) is recomputed up to the last one whose output the
 // backward needs: K and O, and up for a gated MLP.
@@ -148,6 +149,7 @@ struct ActivationOptions {
   SelectiveRecompute selective = SelectiveRecompute::kAttentionCore;
   int64_t cp = 1;     // context parallelism: each rank keeps s / cp of every sequence
   bool fp8 = false;   // FP8 GEMMs save their inputs' 1-byte casts (Transformer Engine)
+  double recompute_fraction = 1;  // full recompute on this share of the layers, none on the rest
 };
 
 // Activation bytes one layer keeps per micro-batch on one GPU until its backward.
@@ -157,6 +159,7 @@ struct LayerActivations {
   double norms = 0;      // inputs of the two norms
   double total() const { return attention + mlp + norms; }
 };
+// With full recompute on a share f of the layers: the mean over layers, f x full + (1 - f) x none.
 LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOptions& o);
 
 // Activation bytes outside the layers for one micro-batch on one GPU: the embedding's dropout

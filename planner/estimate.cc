@@ -55,7 +55,7 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   StepReport e;
   const int64_t mbs = plan.micro_batches(), p = plan.pp, v = plan.virtual_stages;
   // The slowest stage sets the pace: with uneven stages, the one with the most layers.
-  const double layers = plan.uneven() ? d(plan.max_chunk_layers(m.layers)) : d(m.layers / p);
+  const double layers = d(plan.max_stage_layers(m.layers));
   const double overhead = plan.execution.microbatch_overhead_us * 1e-6;
 
   // Pipeline send/recv: the boundary activation (or its gradient), once per chunk per micro-batch.
@@ -164,7 +164,7 @@ void finish_report(const ModelSpec& m, const ClusterSpec& c, const Plan& plan, S
   e.tier_bytes_per_gpu = bytes_by_tier(c, plan, e.comm_bytes_per_gpu);
   e.model_flops = model_flops_per_step(m, plan.seq_len, plan.global_batch);
   e.hardware_flops = hardware_flops_per_step(m, plan.seq_len, plan.global_batch, plan.recompute, plan.execution.selective,
-                                             plan.execution.attention);
+                                             plan.execution.attention, plan.execution.recompute_fraction);
   const double gpus = d(plan.gpus());
   e.tokens_per_s = d(plan.global_batch) * d(plan.seq_len) / e.step_time_s;
   e.model_tflops_per_gpu = e.model_flops / e.step_time_s / gpus / 1e12;

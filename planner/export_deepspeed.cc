@@ -24,9 +24,10 @@ std::string deepspeed_cannot(const Plan& p) {
   if (p.sequence_parallel) return "Megatron-style sequence parallelism has no DeepSpeed setting";
   if (p.hybrid_sharding() && p.zero != 3) return "hybrid sharding (dp_shard) exists in DeepSpeed only for ZeRO-3 (MiCS)";
   if (p.uneven())
-    return "first_stage_layers/last_stage_layers have no DeepSpeed config key (its PipelineModule partition_method is "
+    return "first_stage_layers/last_stage_layers/pipeline_layout have no DeepSpeed config key (its PipelineModule partition_method is "
            "set in the model code)";
   if (p.recompute == Recompute::kSelective) return "selective recompute has no DeepSpeed setting (use none or full)";
+  if (p.execution.recompute_fraction < 1) return "recompute_fraction has no DeepSpeed config key (the model code picks the layers)";
   if (p.cp > 1 && p.execution.cp_comm != CpComm::kAllToAll)
     return "DeepSpeed's context parallelism is Ulysses (cp_comm a2a), not a K/V ring or all-gather";
   // Ulysses needs its own mpu (UlyssesSPAttentionHF.register_with_transformers returns it); AutoTP

@@ -7,6 +7,7 @@
 #include "planner/export.h"
 
 #include "program/framework.h"
+#include "program/pipeline_layout.h"
 
 #include <cmath>
 #include <sstream>
@@ -86,7 +87,7 @@ std::string moe_layer_pattern(const ModelSpec& m) {
 }
 
 // The experts and their router, as the config states them (ModelSpec::Recipe).
-void moe_arguments(const ModelSpec& m, Args& arg) {
+void moe_arguments(const ModelSpec& m, const Plan& p, Args& arg) {
   const ModelSpec::Recipe& r = m.recipe;
   arg("--num-experts", m.experts);
   arg("--moe-router-topk", m.experts_per_token);
@@ -96,7 +97,12 @@ void moe_arguments(const ModelSpec& m, Args& arg) {
   // Dense layers among the MoE ones: a Python list Megatron evaluates, one entry per layer;
   // quoted, as a shell would read the parentheses and expand the asterisks.
   if (m.has_dense_layers()) arg("--moe-layer-freq", "'(" + moe_layer_pattern(m) + ")'");
-  arg("--moe-token-dispatcher-type", "alltoall");  // the all-to-all the plan prices
+  if (p.execution.moe_dispatcher == MoeDispatcher::kDeepEp) {  // the dispatcher the plan prices
+    arg("--moe-token-dispatcher-type", "flex");
+    arg.flag("--moe-enable-deepep");
+  } else {
+    arg("--moe-token-dispatcher-type", "alltoall");
+  }
   arg.flag("--moe-grouped-gemm");                  // the experts as one grouped GEMM, as priced
   // Softmax: Megatron's default (softmax of the top-k logits) is Hugging Face's norm_topk_prob;
   // without it the softmax runs over all experts before the top-k (Qwen-MoE, DeepSeek-V2).
@@ -202,7 +208,14 @@ void parallel_arguments(const ModelSpec& m, const Plan& p, Args& arg) {
     arg("--expert-tensor-parallel-size", p.expert_tp());  // stated: the plan prices this split
     if (p.execution.moe_capacity_factor > 0) arg("--moe-expert-capacity-factor", p.execution.moe_capacity_factor);
   }
-  if (p.schedule == Schedule::kInterleaved) arg("--num-layers-per-virtual-pipeline-stage", p.chunk_layers(m.layers, 0).count);
+  if (!p.pipeline_layout.empty()) {
+    // Megatron infers the virtual pipeline size from the layout's chunks; quoted for the shell.
+    std::ostringstream quoted;
+    quoted << '\'' << megatron_layout_string(p.pipeline_layout) << '\'';
+    arg("--pipeline-model-parallel-layout", quoted.str());
+  } else if (p.schedule == Schedule::kInterleaved) {
+    arg("--num-layers-per-virtual-pipeline-stage", p.chunk_layers(m.layers, 0).count);
+  }
   if (p.first_stage_layers > 0) arg("--decoder-first-pipeline-num-layers", p.first_stage_layers);
   if (p.last_stage_layers > 0) arg("--decoder-last-pipeline-num-layers", p.last_stage_layers);
   if (p.sequence_parallel) arg.flag("--sequence-parallel");
@@ -212,7 +225,7 @@ void parallel_arguments(const ModelSpec& m, const Plan& p, Args& arg) {
 }
 
 // Precision, optimizer, recompute and overlap.
-void training_arguments(const Plan& p, Args& arg) {
+void training_arguments(const ModelSpec& m, const Plan& p, Args& arg) {
   const bool bf16 = p.precision == Precision::kBf16 || p.precision == Precision::kFp8;  // FP8 runs on a bf16 model
   if (bf16) arg.flag("--bf16");
   if (p.precision == Precision::kFp16) arg.flag("--fp16");
@@ -235,7 +248,13 @@ void training_arguments(const Plan& p, Args& arg) {
     arg.flag("--use-precision-aware-optimizer");  // validate_args requires it with the offload
   }
   if (p.recompute == Recompute::kSelective) arg("--recompute-granularity", "selective");
-  if (p.recompute == Recompute::kFull) {
+  if (p.recompute == Recompute::kFull && p.execution.recompute_fraction < 1) {
+    // block: the first n layers of every chunk recompute, n the priced share of a chunk's layers.
+    const int64_t chunk = p.chunk_layers(m.layers, 0).count;
+    arg("--recompute-granularity", "full");
+    arg("--recompute-method", "block");
+    arg("--recompute-num-layers", std::llround(p.execution.recompute_fraction * static_cast<double>(chunk)));
+  } else if (p.recompute == Recompute::kFull) {
     arg("--recompute-granularity", "full");
     arg("--recompute-method", "uniform");
     arg("--recompute-num-layers", 1);
@@ -259,9 +278,9 @@ Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
   Args arg{a};
   parallel_arguments(m, p, arg);
   shape_arguments(m, arg);
-  if (m.is_moe()) moe_arguments(m, arg);
+  if (m.is_moe()) moe_arguments(m, p, arg);
   block_arguments(m, arg);
-  training_arguments(p, arg);
+  training_arguments(m, p, arg);
   // One line, so that $(planner --emit megatron) word-splits into exactly these arguments.
   std::ostringstream out;
   for (size_t i = 0; i < a.size(); ++i) out << a[i] << (i + 1 < a.size() ? " " : "\n");

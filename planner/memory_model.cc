@@ -53,9 +53,13 @@ MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage
 
   const ActivationOptions ao = activation_options(plan);
   const int64_t mbs = plan.micro_batches();
-  // Per chunk pass: the leading dense layers (in stage 0's first chunk) hold their own.
-  const double dense = d(chunk_dense_layers(m, plan, stage, 0));
-  const double per_pass = (d(plan.chunk_layers(m.layers, stage).count) - dense) * layer_activation_bytes(m, ao).total() +
+  // Per chunk pass: the leading dense layers (in stage 0's first chunk) hold their own. The
+  // in-flight passes are the first chunk's (even chunks) or, with a layout, spread over the
+  // stage's chunks: their mean.
+  const bool layout = !plan.pipeline_layout.empty();
+  const double dense = layout ? d(stage_dense_layers(m, plan, stage)) / d(plan.virtual_stages) : d(chunk_dense_layers(m, plan, stage, 0));
+  const double chunk = layout ? d(plan.stage_layers(m.layers, stage)) / d(plan.virtual_stages) : d(plan.chunk_layers(m.layers, stage).count);
+  const double per_pass = (chunk - dense) * layer_activation_bytes(m, ao).total() +
                           dense * layer_activation_bytes(dense_layer_model(m), ao).total();
   const int64_t passes =
       in_flight >= 0 ? in_flight : in_flight_chunk_passes(plan.schedule, plan.pp, mbs, plan.virtual_stages, stage);
@@ -90,11 +94,16 @@ MemoryBreakdown peak_memory(const ModelSpec& m, const Plan& plan, double reserve
   // activations than stage 0 (in-flight counts fall with the stage index), so the peak is on the
   // first or the last stage; with uneven ones the second stage can exceed a lighter first.
   MemoryBreakdown peak = stage_memory(m, plan, 0, reserved_bytes);
-  for (int64_t s : {int64_t{1}, plan.pp - 1}) {
-    if (s >= plan.pp || (s == 1 && !plan.uneven())) continue;
+  auto consider = [&](int64_t s) {
     MemoryBreakdown other = stage_memory(m, plan, s, reserved_bytes);
     if (other.total() > peak.total()) peak = other;
+  };
+  if (!plan.pipeline_layout.empty()) {  // any stage can hold the most
+    for (int64_t s = 1; s < plan.pp; ++s) consider(s);
+    return peak;
   }
+  for (int64_t s : {int64_t{1}, plan.pp - 1})
+    if (s < plan.pp && (s != 1 || plan.uneven())) consider(s);
   return peak;
 }
 

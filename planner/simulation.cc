@@ -157,7 +157,7 @@ void summarise(const ModelSpec& m, const ClusterSpec& c, const LayerTiming& laye
   e.bubble_fraction = e.pipeline_s > 0 ? bubble_sum / d(p.pp) / e.pipeline_s : 0;
   e.overhead_s = p.execution.step_overhead_us * 1e-6;
   // CP's and EP's exchanges run inside the compute ops: per layer pass, on the stage with the most layers.
-  const double passes = d(p.micro_batches()) * d(p.max_chunk_layers(m.layers)) * d(p.virtual_stages);
+  const double passes = d(p.micro_batches()) * d(p.max_stage_layers(m.layers));
   e.comm_bytes_per_gpu.cp = passes * layer.cp_bytes;
   e.comm_bytes_per_gpu.ep = passes * layer.ep_bytes;
   finish_report(m, c, p, e);
@@ -215,8 +215,7 @@ nlohmann::json simulation_trace(const Simulation& sim, const nlohmann::json& met
   nlohmann::json events = nlohmann::json::array();
   for (size_t s = 0; s < sim.step.program.stages.size(); ++s) {
     const int pid = static_cast<int>(s);
-    const double pass_bytes = sim.step.program.activation_bytes_per_pass(static_cast<int64_t>(s)) *
-                              (sim.plan.precision == Precision::kFp32 ? 2 : 1);
+    const double element_scale = sim.plan.precision == Precision::kFp32 ? 2 : 1;
     add_track_names(events, pid);
     const StageProgram& sp = sim.step.program.stages[s];
     double held = 0, recv_free_s = 0;
@@ -237,6 +236,7 @@ nlohmann::json simulation_trace(const Simulation& sim, const nlohmann::json& met
       if (op.type != ProgramOpType::kCompute) continue;
       const bool alloc = op.pass == OpKind::kForward;
       if (!alloc && !op.frees_activations) continue;
+      const double pass_bytes = sim.step.program.activation_bytes_per_pass(static_cast<int64_t>(s), op.chunk) * element_scale;
       held += alloc ? pass_bytes : -pass_bytes;
       events.push_back({{"ph", "C"}, {"pid", pid}, {"name", "activation bytes"},
                         {"ts", (alloc ? span.start_s : span.finish_s) * kTraceUnitsPerSecond}, {"args", {{"bytes", held}}}});

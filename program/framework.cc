@@ -141,7 +141,7 @@ std::string deepspeed_refusal(const Plan& p) {
   if (p.pp > 1 && p.schedule != Schedule::k1F1B) return std::string("deepspeed pipelines run 1f1b only, not ") + schedule_name(p.schedule);
   if (p.sequence_parallel) return "deepspeed has no Megatron-style sequence parallelism";
   if (p.recompute == Recompute::kSelective) return "deepspeed has no selective recompute (none or full)";
-  if (p.uneven()) return "deepspeed's pipeline partition is set in the model code, not by first/last stage layers";
+  if (p.uneven()) return "deepspeed's pipeline partition is set in the model code, not by first/last stage layers or a layout";
   if (p.hybrid_sharding() && p.zero != 3) return "deepspeed shards hybrid (MiCS) only with ZeRO-3";
   if (p.cp > 1 && p.execution.cp_comm != CpComm::kAllToAll) return "deepspeed's context parallelism is Ulysses (cp_comm a2a)";
   // Ulysses brings its own mpu; AutoTP replaces the engine's with a data x tensor mesh

@@ -31,6 +31,7 @@ ActivationOptions activation_options(const Plan& plan) {
                       plan.execution.attention, plan.execution.selective};
   o.cp = plan.cp;
   o.fp8 = plan.precision == Precision::kFp8;
+  o.recompute_fraction = plan.execution.recompute_fraction;
   return o;
 }
 
@@ -49,7 +50,7 @@ StageParams stage_param_split(const ModelSpec& m, const Plan& plan, int64_t stag
   const EdgeParams e = edge_params(m);
   const double t = d(plan.tp);
   // A stage's chunks hold layers / pp of the model (uneven stages: their own count).
-  const int64_t layers = plan.uneven() ? plan.chunk_layers(m.layers, stage).count : m.layers / plan.pp;
+  const int64_t layers = plan.stage_layers(m.layers, stage);
   const int64_t dense = stage_dense_layers(m, plan, stage);
   const LayerParams lp = layer_params(m), dp = layer_params(dense_layer_model(m));
   StageParams p;

@@ -4,6 +4,7 @@
 
 #include "models/json_fields.h"
 #include "program/framework.h"
+#include "program/pipeline_layout.h"
 
 namespace parallax {
 
@@ -24,6 +25,7 @@ const std::pair<const char*, Precision> kPrecisions[] = {
 const std::pair<const char*, CpComm> kCpComms[] = {
     {"p2p", CpComm::kP2p}, {"all-gather", CpComm::kAllGather}, {"a2a", CpComm::kAllToAll}};
 const std::pair<const char*, Fp8Recipe> kFp8Recipes[] = {{"delayed", Fp8Recipe::kDelayed}, {"current", Fp8Recipe::kCurrent}, {"rowwise", Fp8Recipe::kRowwise}};
+const std::pair<const char*, MoeDispatcher> kDispatchers[] = {{"alltoall", MoeDispatcher::kAllToAll}, {"deepep", MoeDispatcher::kDeepEp}};
 const std::pair<const char*, AttentionKernel> kKernels[] = {
     {"flash", AttentionKernel::kFlash}, {"materialized", AttentionKernel::kMaterialized}};
 const std::pair<const char*, KernelFusion> kFusions[] = {{"fused", KernelFusion::kFused}, {"eager", KernelFusion::kEager}};
@@ -48,6 +50,8 @@ const char* cp_comm_name(CpComm c) { return enum_name(c, kCpComms); }
 const char* fp8_recipe_name(Fp8Recipe r) { return enum_name(r, kFp8Recipes); }
 std::optional<CpComm> parse_cp_comm(const std::string& s) { return parse_enum(s, kCpComms); }
 std::optional<Fp8Recipe> parse_fp8_recipe(const std::string& s) { return parse_enum(s, kFp8Recipes); }
+const char* moe_dispatcher_name(MoeDispatcher d) { return enum_name(d, kDispatchers); }
+std::optional<MoeDispatcher> parse_moe_dispatcher(const std::string& s) { return parse_enum(s, kDispatchers); }
 std::optional<Schedule> parse_schedule(const std::string& s) { return parse_enum(s, kSchedules); }
 std::optional<Recompute> parse_recompute(const std::string& s) { return parse_enum(s, kRecomputes); }
 std::optional<Precision> parse_precision(const std::string& s) { return parse_enum(s, kPrecisions); }
@@ -61,6 +65,7 @@ const char* violation_key(Violation v) {
     case Violation::kTpAcrossNodes: return "tp_larger_than_node";
     case Violation::kLayersPp: return "layers_not_divisible_by_pp_chunks";
     case Violation::kUnevenStages: return "uneven_stages";
+    case Violation::kPipelineLayout: return "pipeline_layout";
     case Violation::kHybridSharding: return "hybrid_sharding";
     case Violation::kBatchDivisibility: return "global_batch_not_divisible";
     case Violation::kInterleavedNeedsPp: return "interleaved_needs_pp_and_chunks";
@@ -93,7 +98,17 @@ Violation first_violation(const Plan& p, const ModelSpec& m, int64_t gpus_per_no
     return Violation::kInterleavedNeedsPp;
   if (p.schedule != Schedule::kInterleaved && p.virtual_stages != 1)
     return Violation::kChunksWithoutInterleaving;
-  if (p.uneven()) {
+  if (!p.pipeline_layout.empty()) {
+    if (p.pp < 2 || p.first_stage_layers != 0 || p.last_stage_layers != 0 ||
+        static_cast<int64_t>(p.pipeline_layout.size()) != p.pp * p.virtual_stages)
+      return Violation::kPipelineLayout;
+    int64_t sum = 0;
+    for (int64_t n : p.pipeline_layout) {
+      if (n < 0 || n > m.layers) return Violation::kPipelineLayout;
+      sum += n;
+    }
+    if (sum != m.layers) return Violation::kPipelineLayout;
+  } else if (p.uneven()) {
     if (p.pp < 2 || p.virtual_stages != 1 || p.first_stage_layers < 0 || p.last_stage_layers < 0)
       return Violation::kUnevenStages;
     const int64_t set = (p.first_stage_layers > 0) + (p.last_stage_layers > 0), others = p.pp - set;
@@ -144,6 +159,13 @@ std::string describe_violation(Violation v, const Plan& p, const ModelSpec& m, i
       return "first_stage_layers " + s(p.first_stage_layers) + " and last_stage_layers " + s(p.last_stage_layers) +
              " need pp >= 2 without interleaving and must leave the other stages an equal share (at least 1) of "
              "num_layers " + s(m.layers) + " (pp " + s(p.pp) + ")";
+    case Violation::kPipelineLayout: {
+      int64_t sum = 0;
+      for (int64_t n : p.pipeline_layout) sum += std::max<int64_t>(n, 0);
+      return "pipeline_layout has " + s(static_cast<int64_t>(p.pipeline_layout.size())) + " chunks of " + s(sum) +
+             " layers; it needs pp " + s(p.pp) + " >= 2 x virtual_stages " + s(p.virtual_stages) +
+             " chunks of num_layers " + s(m.layers) + " in all, and no first/last_stage_layers";
+    }
     case Violation::kHybridSharding:
       return "dp_shard " + s(p.dp_shard) + " must divide " + (p.cp > 1 ? "cp x dp " : "dp ") + s(p.data_ranks()) +
              " and needs zero >= 1 (zero " + s(p.zero) + ")";
@@ -209,6 +231,12 @@ Status check_plan(const Plan& plan, const ModelSpec& model, int64_t gpus_per_nod
 }
 
 Plan::LayerRange Plan::chunk_layers(int64_t layers, int64_t stage, int64_t chunk) const {
+  if (!pipeline_layout.empty()) {
+    const size_t k = static_cast<size_t>(chunk * pp + stage);
+    int64_t first = 0;
+    for (size_t i = 0; i < k; ++i) first += pipeline_layout[i];
+    return {first, pipeline_layout[k]};
+  }
   if (!uneven()) {
     const int64_t per = layers / (pp * virtual_stages);
     return {(chunk * pp + stage) * per, per};
@@ -222,9 +250,29 @@ Plan::LayerRange Plan::chunk_layers(int64_t layers, int64_t stage, int64_t chunk
   return {first + (stage - 1) * middle, middle};
 }
 
-int64_t Plan::max_chunk_layers(int64_t layers) const {
+std::vector<Plan::LayerRange> Plan::uneven_chunk_layers(int64_t layers, int64_t stage) const {
+  std::vector<LayerRange> out;
+  if (uneven())
+    for (int64_t c = 0; c < virtual_stages; ++c) out.push_back(chunk_layers(layers, stage, c));
+  return out;
+}
+
+int64_t Plan::stage_layers(int64_t layers, int64_t stage) const {
+  if (!uneven()) return layers / pp;
+  if (pipeline_layout.empty()) return chunk_layers(layers, stage).count;
+  int64_t n = 0;
+  for (int64_t c = 0; c < virtual_stages; ++c) n += pipeline_layout[static_cast<size_t>(c * pp + stage)];
+  return n;
+}
+
+int64_t Plan::max_stage_layers(int64_t layers) const {
+  if (!uneven()) return layers / pp;
   int64_t most = 0;
-  for (int64_t s : {int64_t{0}, pp / 2, pp - 1}) most = std::max(most, chunk_layers(layers, s).count);
+  if (!pipeline_layout.empty()) {
+    for (int64_t s = 0; s < pp; ++s) most = std::max(most, stage_layers(layers, s));
+  } else {
+    for (int64_t s : {int64_t{0}, pp / 2, pp - 1}) most = std::max(most, chunk_layers(layers, s).count);
+  }
   return most;
 }
 
@@ -237,10 +285,12 @@ nlohmann::json plan_to_json(const Plan& p) {
           {"precision", precision_name(p.precision)}, {"offload", p.offload},
           {"tp_across_nodes", p.tp_across_nodes},
           {"first_stage_layers", p.first_stage_layers}, {"last_stage_layers", p.last_stage_layers},
+          {"pipeline_layout", p.pipeline_layout},
           {"dp_shard", p.dp_shard},
           {"execution",
            {{"framework", e.framework}, {"attention", attention_name(e.attention)},
             {"attention_impl", e.attention_impl}, {"kernels", kernels_name(e.kernels)}, {"selective", selective_name(e.selective)},
+            {"recompute_fraction", e.recompute_fraction},
             {"overlap_grad_reduce", e.overlap_grad_reduce}, {"overlap_param_gather", e.overlap_param_gather},
             {"overlap_p2p", e.overlap_p2p}, {"tp_comm_overlap", e.tp_comm_overlap},
             {"dp_bucket_mib", e.dp_bucket_mib}, {"allocator_margin", e.allocator_margin},
@@ -248,6 +298,7 @@ nlohmann::json plan_to_json(const Plan& p) {
             {"step_overhead_us", e.step_overhead_us}, {"fp32_gradients", e.fp32_gradients},
             {"bf16_optimizer_states", e.bf16_optimizer_states}, {"cp_comm", cp_comm_name(e.cp_comm)},
             {"moe_imbalance", e.moe_imbalance}, {"moe_capacity_factor", e.moe_capacity_factor},
+            {"moe_dispatcher", moe_dispatcher_name(e.moe_dispatcher)},
             {"fp8_recipe", fp8_recipe_name(e.fp8_recipe)}, {"fp8_param_gather", e.fp8_param_gather}}}};
 }
 
@@ -295,8 +346,12 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   e.fp32_gradients = f.optional_bool("fp32_gradients", e.fp32_gradients);
   e.bf16_optimizer_states = f.optional_bool("bf16_optimizer_states", e.bf16_optimizer_states);
   if (f.has("cp_comm")) e.cp_comm = read_enum(f, "cp_comm", parse_cp_comm, "p2p|all-gather|a2a", e.cp_comm);
+  e.recompute_fraction = f.optional_number("recompute_fraction").value_or(e.recompute_fraction);
+  if (f.ok() && e.recompute_fraction > 1) f.fail("recompute_fraction", "is a share of the layers and must be <= 1");
   e.moe_imbalance = f.optional_number("moe_imbalance").value_or(e.moe_imbalance);
   e.moe_capacity_factor = f.optional_number("moe_capacity_factor", true).value_or(e.moe_capacity_factor);
+  if (f.has("moe_dispatcher"))
+    e.moe_dispatcher = read_enum(f, "moe_dispatcher", parse_moe_dispatcher, "alltoall|deepep", e.moe_dispatcher);
   if (f.has("fp8_recipe")) e.fp8_recipe = read_enum(f, "fp8_recipe", parse_fp8_recipe, "delayed|current|rowwise", e.fp8_recipe);
   e.fp8_param_gather = f.optional_bool("fp8_param_gather", e.fp8_param_gather);
   if (f.ok() && (e.moe_imbalance < 1 || e.moe_imbalance > 1e3)) f.fail("moe_imbalance", "must be between 1 (balanced) and 1000");
@@ -307,6 +362,18 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   if (f.ok() && (e.microbatch_overhead_us > 1e9 || e.step_overhead_us > 1e9)) f.fail("overhead", "must be <= 1e9 us");
   f.reject_unknown_keys();
   return f.error();
+}
+// An array of layer counts per chunk, or Megatron's layout string; [] = none.
+Result<std::vector<int64_t>> read_pipeline_layout(const nlohmann::json& v) {
+  if (v.is_string()) return parse_megatron_layout(v.get<std::string>());
+  if (!v.is_array()) return Error{"must be an array of layers per chunk or a Megatron layout string"};
+  std::vector<int64_t> out;
+  for (const nlohmann::json& n : v) {
+    if (!n.is_number_integer() || n.get<int64_t>() < 0)
+      return Error{"must hold whole numbers >= 0 (layers per chunk), got " + n.dump()};
+    out.push_back(n.get<int64_t>());
+  }
+  return out;
 }
 }  // namespace
 
@@ -335,12 +402,19 @@ Result<Plan> plan_from_json(const nlohmann::json& j, const std::string& where) {
   p.first_stage_layers = f.optional_int("first_stage_layers", 0).value_or(0);
   p.last_stage_layers = f.optional_int("last_stage_layers", 0).value_or(0);
   p.dp_shard = f.optional_int("dp_shard", 0).value_or(0);
-  f.reject_unknown_keys({"execution"});
+  if (f.ok() && f.has("pipeline_layout")) {
+    Result<std::vector<int64_t>> layout = read_pipeline_layout(j.at("pipeline_layout"));
+    if (layout.ok()) p.pipeline_layout = std::move(layout.value());
+    else f.fail("pipeline_layout", layout.error());
+  }
+  f.reject_unknown_keys({"execution", "pipeline_layout"});
   if (!f.ok()) return Error{f.error()};
   if (f.has("execution")) {
     std::string error = read_execution(j.at("execution"), where, p.execution);
     if (!error.empty()) return Error{error};
   }
+  if (p.execution.recompute_fraction < 1 && p.recompute != Recompute::kFull)
+    return Error{where + ": execution: key 'recompute_fraction': applies to recompute full, not " + recompute_name(p.recompute)};
   return p;
 }
 

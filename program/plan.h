@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +32,10 @@ enum class CpComm { kP2p, kAllGather, kAllToAll };
 // rowwise (current scaling with one scale per row of each GEMM operand: torchao's Float8 rowwise,
 // cuBLASLt's row-scaled FP8 GEMM).
 enum class Fp8Recipe { kDelayed, kCurrent, kRowwise };
+// MoE token dispatch over EP: all-to-all, one copy per routed expert (Megatron's alltoall
+// dispatcher); or DeepEP (Megatron's flex dispatcher with --moe-enable-deepep), which sends a token
+// once to each other node holding one of its experts and forwards it there over NVLink.
+enum class MoeDispatcher { kAllToAll, kDeepEp };
 
 // Software choices that change time or memory but not the math. Defaults follow Megatron-Core.
 struct Execution {
@@ -42,6 +47,10 @@ struct Execution {
   std::string attention_impl;
   KernelFusion kernels = KernelFusion::kFused;
   SelectiveRecompute selective = SelectiveRecompute::kAttentionCore;
+  // Full recompute on this share of the layers only, the others keeping their activations:
+  // Megatron's --recompute-method block --recompute-num-layers n (n of a chunk's layers),
+  // torchtitan's selective_ac_option n (every n-th block: 1/n), fms-fsdp's selective_checkpointing.
+  double recompute_fraction = 1.0;
   bool overlap_grad_reduce = false;   // Megatron-Core --overlap-grad-reduce (off by default)
   // ZeRO-1/2: the updated weights' all-gather runs under the next forward (Megatron-Core
   // --overlap-param-gather, NeMo overlap_param_sync), not after the optimizer.
@@ -66,6 +75,7 @@ struct Execution {
   // times the mean, dropping the rest (0: dropless).
   double moe_imbalance = 1.0;
   double moe_capacity_factor = 0.0;
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
   // FP8 weights gathered in FP8 (Megatron --fp8-param-gather, torchtitan's float8 all-gather for
   // FSDP): ZeRO's weight all-gathers move 1 byte per matmul weight, and no 16-bit copy is kept.
@@ -96,6 +106,11 @@ struct Plan {
   // Uneven pipeline stages (Megatron's --decoder-first/last-pipeline-num-layers): layers of the
   // first and of the last stage; 0 = an equal share. The other stages split the rest evenly.
   int64_t first_stage_layers = 0, last_stage_layers = 0;
+  // An explicit layout (Megatron's --pipeline-model-parallel-layout, torchtitan's split points):
+  // the layers of every model chunk, pp x virtual_stages counts in model order (chunk k on
+  // pipeline rank k % pp); a chunk may hold none (the embedding or the loss alone). Empty = even
+  // chunks, or first/last_stage_layers. See program/pipeline_layout.h.
+  std::vector<int64_t> pipeline_layout;
   // Hybrid sharding (HSDP, FSDP's HYBRID_SHARD): ZeRO shards over groups of dp_shard consecutive
   // DP ranks and each shard's gradients are then all-reduced over the dp / dp_shard replicas.
   // 0 = shard over all of DP.
@@ -118,7 +133,7 @@ struct Plan {
   bool zero_shards() const { return zero >= 1 && (data_ranks() > 1 || offload); }
   // m = B / (b * d); only meaningful once the plan is valid.
   int64_t micro_batches() const { return global_batch / (micro_batch * dp); }
-  bool uneven() const { return first_stage_layers > 0 || last_stage_layers > 0; }
+  bool uneven() const { return first_stage_layers > 0 || last_stage_layers > 0 || !pipeline_layout.empty(); }
   // The layers of `chunk` on pipeline rank `stage`: [first, first + count) of the model's
   // `layers`. Even: layers / (pp x virtual_stages) each, in virtual-stage order. Only meaningful
   // once the plan is valid.
@@ -126,8 +141,13 @@ struct Plan {
     int64_t first = 0, count = 0;
   };
   LayerRange chunk_layers(int64_t layers, int64_t stage, int64_t chunk = 0) const;
-  // The most layers any chunk holds: the pipeline's slowest stage.
-  int64_t max_chunk_layers(int64_t layers) const;
+  // With uneven stages, the layers of each of `stage`'s chunks; empty when even (the runtimes'
+  // Transformer::create takes it).
+  std::vector<LayerRange> uneven_chunk_layers(int64_t layers, int64_t stage) const;
+  // The layers of all of `stage`'s chunks.
+  int64_t stage_layers(int64_t layers, int64_t stage) const;
+  // The most layers any stage holds (over all its chunks): the pipeline's slowest stage.
+  int64_t max_stage_layers(int64_t layers) const;
 };
 
 const char* schedule_name(Schedule s);
@@ -143,6 +163,8 @@ std::optional<Recompute> parse_recompute(const std::string& s);
 std::optional<Precision> parse_precision(const std::string& s);
 std::optional<CpComm> parse_cp_comm(const std::string& s);
 std::optional<Fp8Recipe> parse_fp8_recipe(const std::string& s);
+const char* moe_dispatcher_name(MoeDispatcher d);
+std::optional<MoeDispatcher> parse_moe_dispatcher(const std::string& s);
 
 // Constraints a plan can break. Codes let the search count rejections without building strings.
 // The most micro-batches per step a plan may have: the simulator runs every one of them.
@@ -156,6 +178,7 @@ enum class Violation {
   kTpAcrossNodes,        // TP group larger than a node
   kLayersPp,             // layers not divisible by PP x chunks
   kUnevenStages,         // first/last stage layers that leave the other stages no equal share
+  kPipelineLayout,       // a layout without pp x virtual_stages chunks or not summing to the layers
   kHybridSharding,       // dp_shard that does not divide DP, or without ZeRO
   kBatchDivisibility,    // B not divisible by b x d
   kInterleavedNeedsPp,   // interleaving with PP 1 or fewer than 2 chunks

@@ -65,6 +65,8 @@ Status check_gpu_support(const ModelSpec& m, const Plan& p, bool emulated) {
   if (p.offload) return no("offload");
   if (p.zero > 1) return no("ZeRO-" + std::to_string(p.zero) + " (only 0 and 1; the CPU runtime executes 2 and 3)");
   if (p.virtual_stages > 1) return no("interleaved schedules (one model chunk per stage)");
+  if (!p.pipeline_layout.empty()) return no("pipeline_layout (first/last_stage_layers run)");
+  if (p.execution.recompute_fraction < 1) return no("execution.recompute_fraction (it recomputes every layer or none)");
   if (m.is_moe()) return no("mixture-of-experts models (expert parallelism is not built)");
   if (p.cp > 1) return no("context parallelism (cp " + std::to_string(p.cp) + "; the CPU runtime executes it)");
   if (p.precision == Precision::kFp8) return no("precision fp8 (no FP8 GEMMs are built)");

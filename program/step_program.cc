@@ -70,10 +70,10 @@ TpTraffic tp_traffic(const ModelSpec& m, const Plan& plan, OpKind pass) {
   // Sent per pair of blocks (attention + MLP), counted as two blocks below.
   const double sent_per_block = (sp ? 2 : 1) *
                                 (collective_bytes_per_rank(one, attention, plan.tp) + collective_bytes_per_rank(one, mlp, mlp_ranks)) / 2.0;
-  int blocks = 0;
+  double blocks = 0;
   switch (pass) {
     case OpKind::kForward: blocks = 2; break;
-    case OpKind::kBackward: blocks = plan.recompute == Recompute::kFull ? 4 : 2; break;
+    case OpKind::kBackward: blocks = plan.recompute == Recompute::kFull ? 2 + 2 * plan.execution.recompute_fraction : 2; break;
     case OpKind::kWeight:  // SP: the QKV and FC1 inputs are gathered again for their weight gradients
       if (!sp) return TpTraffic{};
       t.count = 2;
@@ -186,7 +186,7 @@ class StageBuilder {
   // the chunk's MoE and leading dense layers.
   std::pair<double, double> pass_tp_bytes(OpKind kind, int64_t chunk) const {
     const bool with_w = kind == OpKind::kBackward && !splits_weight_gradients(p_.schedule);
-    const double dense = d(chunk_dense_layers(m_, p_, stage_, chunk)), rest = d(prog_.chunk_layers[stage_]) - dense;
+    const double dense = d(chunk_dense_layers(m_, p_, stage_, chunk)), rest = d(prog_.layers_of(stage_, chunk)) - dense;
     double bytes = 0, sent = 0;
     for (const auto& [layers, tp] : {std::pair{rest, tp_}, std::pair{dense, tp_dense_}}) {
       const TpTraffic& own = tp[static_cast<int>(kind)];
@@ -252,7 +252,7 @@ class StageBuilder {
   int32_t add_norm_gradients(int64_t chunk, int32_t micro_batch, int32_t after) {
     const LayerParams lp = layer_params(m_);
     const bool last = virtual_stage(stage_, chunk, p_.pp) == p_.pp * p_.virtual_stages - 1;
-    const double params = d(prog_.chunk_layers[stage_]) * d(lp.replicated) + (last ? d(edge_params(m_).final_norm) : 0.0);
+    const double params = d(prog_.layers_of(stage_, chunk)) * d(lp.replicated) + (last ? d(edge_params(m_).final_norm) : 0.0);
     int32_t id;
     ProgramOp& n = collective(CollectiveRole::kNormGradients, Collective::kAllReduce, GroupKind::kTp, StreamKind::kDp,
                               params * bytes_per_param(p_).gradients, &id);
@@ -390,14 +390,17 @@ class StageBuilder {
 }  // namespace
 
 StepProgram build_step_program(const ModelSpec& m, const Plan& plan) {
-  StepProgram prog{plan, RankGrid(plan), {}, {}, 0, {}};
-  for (int64_t s = 0; s < plan.pp; ++s) prog.chunk_layers.push_back(plan.chunk_layers(m.layers, s).count);
+  StepProgram prog{plan, RankGrid(plan), {}, 0, {}, {}};
   prog.boundary_bytes = boundary_tensor_bytes(m, plan) / d(plan.tp);  // Megatron's scatter-gather: 1/t per TP rank
   const ActivationOptions ao = activation_options(plan);
   const double layer = layer_activation_bytes(m, ao).total(), dense = layer_activation_bytes(dense_layer_model(m), ao).total();
   for (int64_t s = 0; s < plan.pp; ++s) {
-    const double n = d(chunk_dense_layers(m, plan, s, 0));
-    prog.pass_activation_bytes.push_back((d(prog.chunk_layers[s]) - n) * layer + n * dense);
+    for (int64_t c = 0; c < plan.virtual_stages; ++c) {
+      const int64_t layers = plan.chunk_layers(m.layers, s, c).count;
+      const double n = d(chunk_dense_layers(m, plan, s, c));
+      prog.chunk_layers.push_back(layers);
+      prog.pass_activation_bytes.push_back((d(layers) - n) * layer + n * dense);
+    }
   }
   std::vector<std::vector<PipelineOp>> schedule =
       pipeline_ops(plan.schedule, plan.pp, plan.micro_batches(), plan.virtual_stages);

@@ -121,7 +121,7 @@ std::string tp_event_name(const ProgramOp& op);
 // with SP an all-gather and a reduce-scatter in their place (same bytes, Korthikanti et al.), and
 // W re-gathers the two sequence-sharded GEMM inputs; full recompute repeats the forward's in B.
 struct TpTraffic {
-  int count = 0;
+  double count = 0;  // per layer; a fraction where only some layers recompute
   double bytes = 0;      // one collective's full buffer
   double sent_bytes = 0; // what this rank sends for all `count`
 };
@@ -146,11 +146,14 @@ struct StepProgram {
   Plan plan;
   RankGrid grid;
   std::vector<StageProgram> stages;
-  std::vector<int64_t> chunk_layers;  // per stage: the layers of each of its chunks
-  double boundary_bytes = 0;          // one pipeline transfer, per GPU
-  // Per stage: one micro-batch through its first chunk's layers (16-bit activations).
+  double boundary_bytes = 0;  // one pipeline transfer, per GPU
+  // Per stage and chunk (index stage x virtual_stages + chunk): its layers, and one micro-batch's
+  // activations through them (16-bit).
+  std::vector<int64_t> chunk_layers;
   std::vector<double> pass_activation_bytes;
-  double activation_bytes_per_pass(int64_t stage) const { return pass_activation_bytes[static_cast<size_t>(stage)]; }
+  int64_t layers_of(int64_t stage, int64_t chunk) const { return chunk_layers[index(stage, chunk)]; }
+  double activation_bytes_per_pass(int64_t stage, int64_t chunk) const { return pass_activation_bytes[index(stage, chunk)]; }
+  size_t index(int64_t stage, int64_t chunk) const { return static_cast<size_t>(stage * plan.virtual_stages + chunk); }
 };
 
 // Precondition: check_plan(plan, m, ...) is ok.

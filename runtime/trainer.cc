@@ -31,10 +31,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const ModelSpec& m, const Plan&
   const RankCoords rc = grid.coords(world.rank());
   Result<Transformer> model = Transformer::create(m, static_cast<int>(plan.tp), rc.tp, options.seed,
                                                   static_cast<int>(plan.pp), rc.pp, static_cast<int>(plan.virtual_stages),
-                                                  plan.uneven() ? plan.chunk_layers(m.layers, rc.pp) : Plan::LayerRange{},
+                                                  plan.uneven_chunk_layers(m.layers, rc.pp),
                                                   static_cast<int>(plan.ep), grid.group(GroupKind::kEp, world.rank()).key);
   if (!model.ok()) return Error{model.error()};
-  model->set_recompute(plan.recompute);
+  model->set_recompute(plan.recompute, plan.execution.recompute_fraction);
   model->set_sequence_parallel(plan.sequence_parallel);
   model->set_fp8(plan.precision == Precision::kFp8);
   model->set_split_weight_gradients(splits_weight_gradients(plan.schedule));

@@ -32,7 +32,7 @@ int64_t padded_vocab(const ModelSpec& m) {
 }
 
 Result<Transformer> Transformer::create(const ModelSpec& m, int tp, int tp_rank, uint64_t seed, int pp, int pp_rank,
-                                        int chunks, Plan::LayerRange stage_layers, int ep, int ep_rank) {
+                                        int chunks, const std::vector<Plan::LayerRange>& chunk_layers, int ep, int ep_rank) {
   Transformer t;
   t.m_ = m;
   if (m.experts % ep != 0) return Error{"ep " + std::to_string(ep) + " must divide the experts"};
@@ -43,16 +43,16 @@ Result<Transformer> Transformer::create(const ModelSpec& m, int tp, int tp_rank,
   t.pp_ = pp;
   t.pp_rank_ = pp_rank;
   t.chunks_ = chunks;
-  if (stage_layers.count > 0) {
-    if (chunks != 1 || stage_layers.first < 0 || stage_layers.first + stage_layers.count > m.layers)
-      return Error{"uneven stage layers need one chunk and a range inside num_layers"};
-    t.layers_per_chunk_ = stage_layers.count;
-    t.first_layer_ = stage_layers.first;
-  } else if (m.layers % (static_cast<int64_t>(pp) * chunks) != 0) {
-    return Error{"num_layers " + std::to_string(m.layers) + " is not divisible by pp x chunks"};
-  } else {
-    t.layers_per_chunk_ = m.layers / (static_cast<int64_t>(pp) * chunks);
+  std::vector<Plan::LayerRange> ranges = chunk_layers;
+  if (ranges.empty()) {
+    if (m.layers % (static_cast<int64_t>(pp) * chunks) != 0)
+      return Error{"num_layers " + std::to_string(m.layers) + " is not divisible by pp x chunks"};
+    const int64_t per = m.layers / (static_cast<int64_t>(pp) * chunks);
+    for (int c = 0; c < chunks; ++c) ranges.push_back({t.virtual_stage(c) * per, per});
   }
+  if (static_cast<int>(ranges.size()) != chunks) return Error{"uneven layers need one range per chunk"};
+  for (const Plan::LayerRange& r : ranges)
+    if (r.first < 0 || r.count < 0 || r.first + r.count > m.layers) return Error{"a chunk's layers lie outside num_layers"};
   t.vocab_padded_ = parallax::padded_vocab(m);
   if (m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp || t.vocab_padded_ % tp)
     return Error{"tp " + std::to_string(tp) + " must divide the heads, KV heads, FFN size and padded vocabulary " +
@@ -85,15 +85,26 @@ Result<Transformer> Transformer::create(const ModelSpec& m, int tp, int tp_rank,
   }
   t.layers_.resize(chunks);
   for (int c = 0; c < chunks; ++c) {
-    t.layers_[c].resize(t.layers_per_chunk_);
-    for (int64_t l = 0; l < t.layers_per_chunk_; ++l)
-      t.init_layer(t.layers_[c][l], (t.first_layer_ >= 0 ? t.first_layer_ : t.virtual_stage(c) * t.layers_per_chunk_) + l, seed);
+    t.layers_[c].resize(static_cast<size_t>(ranges[c].count));
+    for (int64_t l = 0; l < ranges[c].count; ++l) t.init_layer(t.layers_[c][l], ranges[c].first + l, seed);
   }
   t.describe_shards();
   return t;
 }
 
+bool Transformer::recomputes_layer(int64_t index, double full_fraction) {
+  auto below = [&](int64_t i) { return std::floor(static_cast<double>(i) * full_fraction + 0.5); };
+  return full_fraction >= 1 || below(index) < below(index + 1);
+}
+
+void Transformer::set_recompute(Recompute r, double full_fraction) {
+  recompute_ = r;
+  for (auto& chunk : layers_)
+    for (Layer& L : chunk) L.recomputes = recomputes_layer(L.index, full_fraction);
+}
+
 void Transformer::init_layer(Layer& L, int64_t index, uint64_t seed) {
+  L.index = index;
   const int64_t h = m_.hidden, q = m_.q_dim(), kv = m_.kv_dim(), f = m_.ffn_hidden;
   const std::string n = "layer" + std::to_string(index) + ".";
   const uint64_t id = 100 + 16 * static_cast<uint64_t>(index);
@@ -175,7 +186,7 @@ double Transformer::forward(int chunk, const int* tokens, const int* targets, co
   state.layers.resize(layers.size());
   for (size_t l = 0; l < layers.size(); ++l) {
     layer_forward(layers[l], state.layers[l], x.data(), b, s, tp);
-    drop_for_recompute(state.layers[l]);
+    drop_for_recompute(layers[l], state.layers[l]);
   }
   if (!last_stage(chunk)) {
     std::copy(x.begin(), x.begin() + local, output);

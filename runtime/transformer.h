@@ -66,11 +66,11 @@ class Transformer {
  public:
   // The vocabulary is padded to a multiple of 128 (independent of TP, so every plan trains the
   // same model); errors name the dimension TP does not divide.
-  // `stage_layers`: this stage's layers when the pipeline is uneven (one chunk); count 0 = an
-  // equal share per chunk.
+  // `chunk_layers`: each chunk's layers when the pipeline is uneven (Plan::chunk_layers; a chunk
+  // may hold none); empty = an equal share per chunk.
   // MoE models: each rank holds experts [ep_rank, ep_rank + 1) x experts / ep of every MoE layer.
   static Result<Transformer> create(const ModelSpec& m, int tp, int tp_rank, uint64_t seed, int pp = 1,
-                                    int pp_rank = 0, int chunks = 1, Plan::LayerRange stage_layers = {}, int ep = 1,
+                                    int pp_rank = 0, int chunks = 1, const std::vector<Plan::LayerRange>& chunk_layers = {}, int ep = 1,
                                     int ep_rank = 0);
 
   std::vector<Param*> params();
@@ -114,7 +114,10 @@ class Transformer {
 
   // Full: keep only each layer's input and re-run its forward before its backward; selective:
   // drop the attention probabilities and recompute them (Korthikanti et al.).
-  void set_recompute(Recompute r) { recompute_ = r; }
+  // `full_fraction` < 1 (full only): just that share of the layers recomputes, evenly spaced over
+  // the model as fms-fsdp spaces them — layer i when round(i p) < round((i + 1) p), halves up.
+  void set_recompute(Recompute r, double full_fraction = 1);
+  static bool recomputes_layer(int64_t index, double full_fraction);
   // Sequence parallelism: outside the TP regions each TP rank holds 1/t of the tokens (seq_len
   // must divide by t). Norm weights then see only local tokens: their gradients are partial and
   // the trainer sums them over TP (Param::sp_partial).
@@ -149,6 +152,8 @@ class Transformer {
     Param router;                            // MoE: [experts, h], replicated
     std::vector<Param> expert_fc1, expert_fc2;  // MoE: this rank's experts, TP-sharded like fc1/fc2
     std::vector<Param*> params();
+    int64_t index = 0;        // in the model
+    bool recomputes = true;   // under full recompute
   };
   struct Cache;  // one layer's saved activations
   struct WeightGradient;  // a parameter gradient B leaves for W (transformer_cache.h)
@@ -192,7 +197,7 @@ class Transformer {
   // The attention of b sequences of which this rank holds s tokens each (all s, or s / cp under CP).
   kernels::AttentionShape attention_shape(int b, int s) const;
   void reduce_tokens(float* local, float* full, int n, Communicator& tp) const;
-  void drop_for_recompute(Cache& c) const;
+  void drop_for_recompute(const Layer& layer, Cache& c) const;
   void recompute(Layer& layer, Cache& c, int b, int s, Communicator& tp) const;
   double head_forward_backward(const float* x, float* dx, const int* targets, int n, float loss_weight,
                                Communicator& tp);
@@ -214,8 +219,6 @@ class Transformer {
   bool cp_ring_ = false;
   Communicator* cp_comm_ = nullptr;
   std::vector<int> positions_;  // CP: this rank's token positions in a sequence
-  int64_t layers_per_chunk_ = 0;
-  int64_t first_layer_ = -1;  // uneven stages: the index of this stage's first layer
   std::vector<std::vector<Layer>> layers_;  // per chunk
   Param wte_, wpe_, lnf_w_, lnf_b_, head_;
 };

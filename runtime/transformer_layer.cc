@@ -280,9 +280,9 @@ void Transformer::mlp_backward(Layer& L, Cache& c, const float* dy, float* a, fl
                   gemm_operand(fw, L.fc1_w.value.data(), L.fc1_w.size, false, tp), n, h, f1, later);
 }
 
-void Transformer::drop_for_recompute(Cache& c) const {
+void Transformer::drop_for_recompute(const Layer& L, Cache& c) const {
   if (recompute_ == Recompute::kSelective) Buffer().swap(c.probs);
-  if (recompute_ != Recompute::kFull) return;
+  if (recompute_ != Recompute::kFull || !L.recomputes) return;
   Buffer input;
   input.swap(c.x);
   c = Cache{};
@@ -290,7 +290,7 @@ void Transformer::drop_for_recompute(Cache& c) const {
 }
 
 void Transformer::recompute(Layer& L, Cache& c, int b, int s, Communicator& tp) const {
-  if (recompute_ == Recompute::kFull) {
+  if (recompute_ == Recompute::kFull && L.recomputes) {
     Buffer x(c.x.begin(), c.x.end());
     layer_forward(L, c, x.data(), b, s, tp);  // issues the same TP collectives on every rank
   } else if (recompute_ == Recompute::kSelective) {

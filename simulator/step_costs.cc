@@ -141,10 +141,21 @@ LayerExchange layer_exchange(const ModelSpec& m, const ClusterSpec& c, const Pla
     // Token dispatch and combine: this rank's routed copies (its s / cp / t tokens under SP, x top-k)
     // all-to-all over EP, forward and again for the gradients backward.
     const double rep = plan.sequence_parallel ? d(plan.tp) : 1.0;
-    const double routed = tokens / rep * d(m.experts_per_token) * d(m.hidden) * ab;
-    const double one = collective_time_s(Collective::kAllToAll, routed, plan.ep, group_link(c, plan, GroupKind::kEp));
+    const double local = tokens / rep, routed = local * d(m.experts_per_token) * d(m.hidden) * ab;
+    const LinkTier link = group_link(c, plan, GroupKind::kEp);
+    double one = collective_time_s(Collective::kAllToAll, routed, plan.ep, link);
+    double sent = collective_bytes_per_rank(Collective::kAllToAll, routed, plan.ep);
+    if (plan.execution.moe_dispatcher == MoeDispatcher::kDeepEp && link.crosses_nodes) {
+      // One copy per remote node over this GPU's NIC; there NVLink forwards the copies to the
+      // experts' GPUs, as much as an all-to-all inside the node moves.
+      const double rpn = d(link.ranks_per_node);
+      const double rdma = local * remote_nodes_per_token(m, link.nodes) * d(m.hidden) * ab;
+      const double forwarded = routed * (rpn - 1) / rpn;
+      one = link.latency_s + std::max(rdma / (link.busbw_Bps / rpn), forwarded / link.intra_busbw_Bps);
+      sent = rdma + forwarded;
+    }
     x.ep_forward_s = x.ep_backward_s = 2 * one;
-    x.ep_bytes = 4 * collective_bytes_per_rank(Collective::kAllToAll, routed, plan.ep);
+    x.ep_bytes = 4 * sent;
   }
   return x;
 }
@@ -160,14 +171,16 @@ struct ForwardParts {
 
 void add_recompute(LayerTiming& t, const Plan& plan, const ForwardParts& f) {
   if (plan.recompute == Recompute::kFull) {
-    t.backward_input_s += t.forward_s;
-    t.tp_comm_s += f.tp_s;
-    t.tp_backward_input_s += f.tp_s;
-    t.exchange_backward_s += t.exchange_forward_s;
+    // Per layer, averaged over the layers: a share r of them re-runs its forward.
+    const double r = plan.execution.recompute_fraction;
+    t.backward_input_s += r * t.forward_s;
+    t.tp_comm_s += r * f.tp_s;
+    t.tp_backward_input_s += r * f.tp_s;
+    t.exchange_backward_s += r * t.exchange_forward_s;
     // The forward's share of the bytes runs again: CP p2p 1 of 3 (K, V; then K, V, dK, dV), the
     // others and EP 1 of 2.
-    t.cp_bytes *= 1.0 + (plan.execution.cp_comm == CpComm::kP2p ? 1.0 / 3.0 : 0.5);
-    t.ep_bytes *= 1.5;
+    t.cp_bytes *= 1.0 + r * (plan.execution.cp_comm == CpComm::kP2p ? 1.0 / 3.0 : 0.5);
+    t.ep_bytes *= 1.0 + 0.5 * r;
   } else if (plan.recompute == Recompute::kSelective && plan.execution.selective == SelectiveRecompute::kOps) {
     // Every elementwise op, the K, O and up GEMMs, and the forward's TP collectives but the saved
     // reduce-scatters re-run.
@@ -180,6 +193,17 @@ void add_recompute(LayerTiming& t, const Plan& plan, const ForwardParts& f) {
 }
 
 }  // namespace
+
+double remote_nodes_per_token(const ModelSpec& m, int64_t nodes) {
+  if (nodes <= 1) return 0;
+  const ModelSpec::Recipe& r = m.recipe;
+  if (r.router_groups == nodes && r.router_group_topk > 0)
+    return d(std::min(r.router_group_topk, nodes)) * d(nodes - 1) / d(nodes);
+  const double e = d(m.experts), per_node = e / d(nodes);
+  double none = 1;  // P0
+  for (int64_t i = 0; i < m.experts_per_token; ++i) none *= std::max(0.0, e - per_node - d(i)) / (e - d(i));
+  return d(nodes - 1) * (1 - none);
+}
 
 double expert_load(const ModelSpec& m, const Plan& plan) {
   if (!m.is_moe()) return 1.0;
@@ -312,8 +336,10 @@ OpCosts::OpCosts(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
       p2p_(pipeline_transfer(m, c, plan)) {
   if (m.has_dense_layers()) dense_layer_ = layer_timing(dense_layer_model(m), c, plan);  // leading or interleaved
   for (int64_t s = 0; s < plan.pp; ++s) {
-    layers_.push_back(d(plan.chunk_layers(m.layers, s).count));
-    for (int64_t k = 0; k < plan.virtual_stages; ++k) dense_.push_back(d(chunk_dense_layers(m, plan, s, k)));
+    for (int64_t k = 0; k < plan.virtual_stages; ++k) {
+      layers_.push_back(d(plan.chunk_layers(m.layers, s, k).count));
+      dense_.push_back(d(chunk_dense_layers(m, plan, s, k)));
+    }
   }
   const RankGrid grid(plan);
   for (int k = 0; k < kGroupKinds; ++k) {
@@ -324,12 +350,12 @@ OpCosts::OpCosts(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
 
 // The sum over a chunk's layers of `field` of their timing: its leading dense layers, the rest.
 double OpCosts::over_layers(const ProgramOp& op, int64_t stage, double LayerTiming::*field) const {
-  const double dense = dense_[static_cast<size_t>(stage * p_.virtual_stages + op.chunk)];
-  return (layers_[stage] - dense) * layer_.*field + (dense > 0 ? dense * dense_layer_.*field : 0.0);
+  const size_t k = static_cast<size_t>(stage * p_.virtual_stages + op.chunk);
+  return (layers_[k] - dense_[k]) * layer_.*field + (dense_[k] > 0 ? dense_[k] * dense_layer_.*field : 0.0);
 }
 
-double OpCosts::chunk_fixed_s(int64_t stage) const {
-  return c_.calibration.chunk_host_s(p_.execution.framework, layers_[static_cast<size_t>(stage)]);
+double OpCosts::chunk_fixed_s(const ProgramOp& op, int64_t stage) const {
+  return c_.calibration.chunk_host_s(p_.execution.framework, layers_[static_cast<size_t>(stage * p_.virtual_stages + op.chunk)]);
 }
 
 double OpCosts::compute_s(const ProgramOp& op, int64_t stage) const {
@@ -338,11 +364,11 @@ double OpCosts::compute_s(const ProgramOp& op, int64_t stage) const {
   switch (op.pass) {
     case OpKind::kForward:
       return over_layers(op, stage, &LayerTiming::forward_s) + (first ? edge_.first_forward_s : 0) +
-             (last ? edge_.last_forward_s : 0) + p_.execution.microbatch_overhead_us * 1e-6 + chunk_fixed_s(stage);
+             (last ? edge_.last_forward_s : 0) + p_.execution.microbatch_overhead_us * 1e-6 + chunk_fixed_s(op, stage);
     case OpKind::kBackward:
       return over_layers(op, stage, &LayerTiming::backward_input_s) +
              (split ? 0 : over_layers(op, stage, &LayerTiming::backward_weight_s)) + (first ? edge_.first_backward_s : 0) +
-             (last ? edge_.last_backward_input_s + (split ? 0 : edge_.last_backward_weight_s) : 0) + chunk_fixed_s(stage);
+             (last ? edge_.last_backward_input_s + (split ? 0 : edge_.last_backward_weight_s) : 0) + chunk_fixed_s(op, stage);
     case OpKind::kWeight:
       return over_layers(op, stage, &LayerTiming::backward_weight_s) + (last ? edge_.last_backward_weight_s : 0);
   }

@@ -37,6 +37,12 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
 // but one, the busiest expert, at execution.moe_imbalance x the mean (capped at the capacity
 // factor, which drops the excess): (E/ep - 1 + imbalance) / (E/ep). 1 for a dense model.
 double expert_load(const ModelSpec& m, const Plan& plan);
+// DeepEP's inter-node traffic: the other nodes a token's top-k experts lie on, each sent the token
+// once, with the experts spread evenly over `nodes` and routing uniform: (nodes - 1) x (1 - P0),
+// P0 = C(E - E/nodes, k) / C(E, k) the chance a node holds none of them. Group-limited routing
+// whose groups are the nodes (DeepSeek-V3 on EP 64: 8 groups of 32 experts, 8 nodes) touches
+// exactly topk_group nodes, (nodes - 1) / nodes of them remote.
+double remote_nodes_per_token(const ModelSpec& m, int64_t nodes);
 
 // The embedding (first stage) and the output layer with the loss (last stage), one micro-batch.
 struct EdgeTiming {
@@ -87,7 +93,7 @@ class OpCosts {
   double compute_s(const ProgramOp& op, int64_t stage) const;
   double over_layers(const ProgramOp& op, int64_t stage, double LayerTiming::*field) const;
   // The calibrated host cost of one forward or backward chunk-pass: per pass and per layer.
-  double chunk_fixed_s(int64_t stage) const;
+  double chunk_fixed_s(const ProgramOp& op, int64_t stage) const;
 
   const ModelSpec& m_;
   const ClusterSpec& c_;
@@ -95,7 +101,7 @@ class OpCosts {
   LayerTiming layer_, dense_layer_;  // an MoE model's own layers; its leading dense ones
   EdgeTiming edge_;
   P2pCost p2p_;
-  std::vector<double> layers_;  // per stage: layers of each chunk
+  std::vector<double> layers_;  // per stage and chunk (stage x virtual_stages + chunk): its layers
   std::vector<double> dense_;   // per (stage, chunk): its leading dense layers
   int64_t group_size_[kGroupKinds] = {};  // by GroupKind
   LinkTier link_[kGroupKinds];

@@ -51,7 +51,7 @@ PlanTerms plan_terms(const ModelSpec& m, const ClusterSpec& c, const Simulation&
   Plan plain = p;
   plain.recompute = Recompute::kNone;
   const LayerTiming none = layer_timing(m, c, plain);
-  const double passes = d(p.micro_batches()) * d(p.max_chunk_layers(m.layers)) * d(p.virtual_stages);
+  const double passes = d(p.micro_batches()) * d(p.max_stage_layers(m.layers));
   const double recompute_s = std::max(0.0, passes * ((layer.backward_input_s - layer.tp_backward_input_s) -
                                                       (none.backward_input_s - none.tp_backward_input_s)));
   const double exchange_s = passes * (layer.exchange_forward_s + layer.exchange_backward_s);

@@ -2,7 +2,7 @@
 """Randomized differential test of the CPU runtime over the plan space.
 
 Draws plans (TP, CP, PP, DP with and without dp_shard, EP, ZeRO 0-3, schedules and virtual stages,
-uneven stages, recompute, SP, micro-batch, precision, overlap and bucket settings) for the tiny
+uneven stages and explicit layouts, recompute (of a share of the layers), SP, micro-batch, precision, overlap and bucket settings) for the tiny
 GPT, Llama, Mixtral and Nemotron configs on at most 4 ranks, trains each for a few steps under
 mpirun, and requires one of two outcomes:
 
@@ -81,6 +81,9 @@ def draw_plan(rng, cfg):
     plan["virtual_stages"] = rng.choice([2, 2, layers // pp]) if plan["schedule"] == "interleaved" else 1
     if pp > 1 and plan["schedule"] != "interleaved" and rng.random() < 0.2 and layers > pp:
         plan["first_stage_layers"] = rng.randint(1, layers - pp + 1)
+    elif pp > 1 and rng.random() < 0.2:  # an explicit layout: any split, empty chunks included
+        cuts = sorted(rng.randint(0, layers) for _ in range(pp * plan["virtual_stages"] - 1))
+        plan["pipeline_layout"] = [b - a for a, b in zip([0] + cuts, cuts + [layers])]
     if experts and data > 1 and rng.random() < 0.6:
         plan["ep"] = rng.choice([e for e in divisors(data) if experts % e == 0])
     if data > 1 and plan["zero"] > 0 and rng.random() < 0.2:
@@ -89,6 +92,8 @@ def draw_plan(rng, cfg):
                  "overlap_p2p": rng.random() < 0.3, "cp_comm": rng.choice(["p2p", "all-gather"])}
     if rng.random() < 0.3:
         execution["dp_bucket_mib"] = 0.002  # several gradient buckets per chunk
+    if plan["recompute"] == "full" and rng.random() < 0.4:
+        execution["recompute_fraction"] = rng.choice([0.25, 0.5, 2 / 3])
     plan["execution"] = execution
     return plan
 
@@ -147,7 +152,10 @@ def features(plan):
             "ep with zero %d" % plan["zero"]: ep > 1 and plan["zero"] > 0,
             "zb-h1 (split W)": plan["schedule"] == "zb-h1",
             "interleaved": plan["schedule"] == "interleaved",
-            "cp": plan["cp"] > 1, "fp8": plan["precision"] == "fp8"}
+            "cp": plan["cp"] > 1, "fp8": plan["precision"] == "fp8",
+            "pipeline layout": bool(plan.get("pipeline_layout")),
+            "full recompute on a share of the layers": "recompute_fraction" in plan["execution"],
+            "pipeline layout with an empty chunk": 0 in plan.get("pipeline_layout", [1])}
     return [t for t, on in tags.items() if on]
 
 
@@ -252,7 +260,7 @@ def main():
         key = (model, plan["precision"], plan["micro_batch"] if plan["precision"] == "fp8" else GLOBAL_BATCH)
         if key not in references:
             one = dict(plan, tp=1, cp=1, pp=1, dp=1, ep=1, zero=0, micro_batch=key[2], schedule="1f1b",
-                       virtual_stages=1, recompute="none", sequence_parallel=False, first_stage_layers=0,
+                       virtual_stages=1, recompute="none", sequence_parallel=False, first_stage_layers=0, pipeline_layout=[],
                        dp_shard=0, execution={"fp8_recipe": "current"})
             ref_dir = os.path.join(work, "reference-%s-%s-%d" % key)
             references[key] = runner.run(model, one, ["--steps", str(STEPS), "--checkpoint", ref_dir]) + (ref_dir,)

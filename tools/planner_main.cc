@@ -54,8 +54,8 @@ std::vector<std::string> row(size_t rank, const RankedPlan& r, const ModelSpec& 
   const std::optional<StepBand> band = cli::step_band_of(c, m, p, e.step_time_s);
   const double comm_gb = (b.tp + b.pp + b.dp + b.cp + b.ep) / 1e9;
   // Uneven stages show their first and last stage's layers: "16 (7..7)".
-  const std::string pp = std::to_string(p.pp) + (p.uneven() ? " (" + std::to_string(p.first_stage_layers) + ".." +
-                                                                    std::to_string(p.last_stage_layers) + ")"
+  const std::string pp = std::to_string(p.pp) + (p.uneven() ? " (" + std::to_string(p.stage_layers(m.layers, 0)) + ".." +
+                                                                    std::to_string(p.stage_layers(m.layers, p.pp - 1)) + ")"
                                                               : "");
   std::vector<std::string> cells = {
           std::to_string(rank), std::to_string(p.tp), std::to_string(p.cp), pp, std::to_string(p.dp), std::to_string(p.ep),

@@ -5,8 +5,8 @@
 # overall. No constant is fitted here: each row's plan is read as published, priced as its framework
 # runs it (a framework profile: named settings with their sources, program/framework.cc, plus the
 # row's own recipe settings below), on the bundled cluster of its hardware. A row needing a
-# mechanism Parallax lacks is kept and reported "not expressible: <reason>" (simulate's refusal,
-# or lacks() below). A run listed in two files (same id) is priced once.
+# mechanism Parallax lacks is kept and reported "not expressible: <reason>" (simulate's refusal).
+# A run listed in two files (same id) is priced once.
 #   python3 bench/validation/published_runs.py SIMULATE RUNS.json [RUNS2.json ...] OUT.json
 #       [--table T.md] [--pin EXPECTED.json | --check EXPECTED.json]
 # --check fails (exit 1) when a pinned row's error moves by more than 0.5 points from EXPECTED, it
@@ -39,23 +39,27 @@ def cluster(r):
     if 'HBM2e' in g: return 'grand-teton-h100'
     return 'dgx-h100'
 
-def lacks(r):
-    """A mechanism the row needs that Parallax does not price (the row stays, not expressible)."""
-    if 'every n-th' in str(r['recompute']):
-        return ('fms-fsdp selective checkpointing of every n-th block (n unstated): Parallax recomputes the '
-                'attention core, torchtitan\'s op policy or every block')
-    return ''
-
 def plan(r):
     z = str(r['zero_or_fsdp'])
     # Megatron-Core's distributed optimizer is zero 1; Megatron-FSDP (and FSDP) shard everything.
     zero = int(z[0]) if z[0].isdigit() else 1 if 'distributed optimizer' in z else 3
+    # FSDP2 under torch.distributed.pipelining: the stage turns gradient sync and resharding off for
+    # every backward but the last (PipelineStage backward_maybe_with_nosync), and torchtitan keeps
+    # the parameters gathered after forward: one gather and one reduce-scatter per step, with the
+    # gradients held whole. That is ZeRO-1's traffic and memory, not ZeRO-2's reduction per pass.
+    if r['source_set'].startswith('torchtitan') and r['pp'] > 1 and zero == 2: zero = 1
     shard = 8 if z.startswith('hybrid') else 0  # HSDP: "ZeRO-3 within a node (8 GPUs), replicated across nodes"
     rc = str(r['recompute']).split()[0]
     if rc not in ('none', 'selective', 'full'): rc = 'none'
+    # fms-fsdp's selective_checkpointing p: full recompute on a share p of the blocks, evenly
+    # spaced. The IBM blog does not state p; assumed 1/2, the first example of fms-fsdp's
+    # apply_fsdp_checkpointing docstring (foundation-model-stack/fms-fsdp fms_fsdp/policies/ac_handler.py).
+    every_nth = 'every n-th' in str(r['recompute'])
+    if every_nth: rc = 'full'
     v = r.get('virtual_stages') or 1
     name, compiled = framework(r)
     execution = {'framework': name}
+    if every_nth: execution['recompute_fraction'] = 0.5
     if compiled: execution['kernels'] = 'fused'
     model, source = r['model_name'], r['source_set']
     if source == 'dgxc':  # dgxc v24.11.1 recipe yamls: optim.bucket_cap_mb (the others leave the default)
@@ -94,6 +98,7 @@ def plan(r):
     notes = r.get('notes', '')
     # Token dropping at capacity 1.0, padded to capacity: every expert computes exactly the mean load.
     if 'moe_expert_capacity_factor=1.0' in notes: execution['moe_capacity_factor'] = 1.0
+    if 'Dispatcher DeepEP' in notes: execution['moe_dispatcher'] = 'deepep'  # the model zoo's "Dispatcher" column
     p = {'tp': r['tp'], 'pp': r['pp'], 'dp': r['dp'], 'cp': r.get('cp') or 1, 'ep': r.get('ep') or 1,
          'etp': r.get('etp') or 0, 'zero': zero,
          'micro_batch': r['micro_batch'], 'global_batch': r['global_batch'], 'seq_len': r['seq_len'],
@@ -102,7 +107,32 @@ def plan(r):
          'execution': execution}
     uneven = re.search(r'first stage [^=]*=(\d+) layers, last stage [^=]*=(\d+) layers', notes)
     if uneven: p['first_stage_layers'], p['last_stage_layers'] = int(uneven[1]), int(uneven[2])
+    layout = pipeline_layout(r)
+    if layout: p['pipeline_layout'] = layout
     return p
+
+def pipeline_layout(r):
+    """Layers per model chunk where the layers do not split evenly over pp x virtual stages, as each
+    framework splits them; None where they do."""
+    c = r['config']
+    layers, pp, v = c.get('num_hidden_layers') or c.get('n_layer'), r['pp'], r.get('virtual_stages') or 1
+    chunks = pp * v
+    if v == 1 or layers % chunks == 0: return None
+    # Megatron's account_for_embedding/loss_in_pipeline_split: the embedding and the loss take one
+    # layer's slot each in the first and last chunk. Megatron-Bridge's recipes set both (the row's
+    # notes), as does Megatron-MoE-ModelZoo's Qwen3-235B config
+    # (yanring/Megatron-MoE-ModelZoo@e8650517 model_configs/benchmarking/Qwen3-235B-A22B.yaml).
+    if 'account_for_embedding' in r.get('notes', '') or r['source_set'] == 'megatron-moe-modelzoo':
+        per, rest = divmod(layers + 2, chunks)
+        return [per - 1] + [per] * (chunks - 2) + [per - 1] if rest == 0 else None
+    # torchtitan's generated split points without pipeline_parallel_split_points (Oct 2024,
+    # torchtitan/parallelisms/pipelining_utils.py generate_split_points): the first stage gets
+    # layers // stages, the next (layers % stages) one more, the last what is left.
+    if r['source_set'].startswith('torchtitan'):
+        base, extra = divmod(layers, chunks)
+        out = [base] + [base + 1 if i <= extra else base for i in range(1, chunks - 1)]
+        return out + [layers - sum(out)]
+    return None
 
 def main():
     ap = argparse.ArgumentParser()
@@ -123,10 +153,6 @@ def main():
             print(f"{r['id']}: also in {runs}, the same run as in {where}; priced once")
             continue
         seen[r['id']] = (r, runs)
-        if lacks(r):
-            out[r['id']] = {'source': r['source_set'], 'measured_s': r['step_time_s'], 'framework': p['execution'],
-                            'cluster': cluster(r), 'error': lacks(r)}
-            continue
         runs_out.append({'id': r['id'], 'source': r['source_set'], 'model': r['config'], 'cluster': cluster(r), 'plan': p,
                          'measured_step_s': r['step_time_s']})
         json.dump(r['config'], open(tmp + '/m.json', 'w')); json.dump(p, open(tmp + '/p.json', 'w'))

@@ -137,7 +137,8 @@ template <class T>
 Status GpuModel<T>::initialize() {
   std::vector<float> host(static_cast<size_t>(count_), 0.0f);
   if (o_.exact_init) {
-    Result<Transformer> cpu = Transformer::create(m_, o_.tp, o_.tp_rank, o_.seed, o_.pp, o_.pp_rank, 1, o_.stage_layers);
+    Result<Transformer> cpu = Transformer::create(m_, o_.tp, o_.tp_rank, o_.seed, o_.pp, o_.pp_rank, 1,
+                                                  o_.stage_layers.count > 0 ? std::vector{o_.stage_layers} : std::vector<Plan::LayerRange>{});
     if (!cpu.ok()) return Error{cpu.error()};
     std::vector<Param*> params = cpu->params();
     if (params.size() != tensors_.size()) return Error{"GPU parameter layout differs from the CPU model's"};

@@ -28,6 +28,11 @@ TEST(Activations, KorthikantiTable2RowsForGpt) {
   EXPECT_DOUBLE_EQ(bytes(1, false, Recompute::kFull), sbh * 2);
   // With SP the stored layer input is sharded too.
   EXPECT_DOUBLE_EQ(bytes(8, true, Recompute::kFull), sbh * 2 / t);
+  // Full recompute on a quarter of the layers (Megatron's block method, 1 of 4 per chunk): per
+  // layer on average 1/4 x 2 + 3/4 x (34 + 5 as/h), in sbh, at t 1.
+  ActivationOptions quarter = opts(2048, 4, 1, false, Recompute::kFull);
+  quarter.recompute_fraction = 0.25;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, quarter).total(), sbh * (0.25 * 2 + 0.75 * (34 + 5 * as_h)));
 }
 
 // Breakdown, no parallelism: attention 11sbh + 5as^2b, MLP 19sbh, two LayerNorms 4sbh.
@@ -90,6 +95,10 @@ TEST(Flops, MatchMegatronStepFormulas) {
     const double full = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h));
     EXPECT_NEAR(model_flops_per_step(m, 2048, 512), model, 1e-12 * model) << name;
     EXPECT_NEAR(hardware_flops_per_step(m, 2048, 512, Recompute::kFull), full, 1e-12 * full) << name;
+    // Full recompute on half the layers re-runs half of the layers' forward: halfway between.
+    EXPECT_NEAR(hardware_flops_per_step(m, 2048, 512, Recompute::kFull, SelectiveRecompute::kAttentionCore,
+                                        AttentionKernel::kMaterialized, 0.5),
+                (model + full) / 2, 1e-12 * full) << name;
     // Selective recompute re-runs the attention core forward: + 4 s h per token per layer.
     EXPECT_NEAR(hardware_flops_per_step(m, 2048, 512, Recompute::kSelective) - model, 4 * s * h * B * s * L,
                 1e-9 * model);

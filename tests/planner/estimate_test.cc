@@ -39,6 +39,9 @@ TEST(LayerTiming, HandDerivedOnRoundCluster) {
   Plan full = gpt2_plan(1);
   full.recompute = Recompute::kFull;
   EXPECT_NEAR(layer_timing(m, round(), full).backward_input_s, t.backward_input_s + t.forward_s, 1e-12);
+  // On a quarter of the layers: a quarter of a forward per layer, on average.
+  full.execution.recompute_fraction = 0.25;
+  EXPECT_NEAR(layer_timing(m, round(), full).backward_input_s, t.backward_input_s + 0.25 * t.forward_s, 1e-12);
   // Selective recompute re-runs the attention core and, materialized, its softmax and dropout:
   // 4as + 5as = 9 * 12 * 1024 = 110,592 B/token.
   Plan sel = gpt2_plan(1);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "program/pipeline_layout.h"
 #include "test_plans.h"
 
 namespace parallax {
@@ -30,6 +31,11 @@ TEST(Megatron, UpstreamSpellings) {
   full.recompute = Recompute::kFull;
   args = megatron_arguments(load("llama2-70b"), full);
   EXPECT_TRUE(has(*args, "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"));
+  // A share of the layers: Megatron's block method, the first n of each chunk's 10 layers.
+  full.execution.recompute_fraction = 0.3;
+  EXPECT_TRUE(has(*megatron_arguments(load("llama2-70b"), full),
+                  "--recompute-granularity full --recompute-method block --recompute-num-layers 3"));
+  full.execution.recompute_fraction = 1;
   EXPECT_EQ(std::count(args->begin(), args->end(), '\n'), 1);  // one line: $(...) gives exactly the arguments
   EXPECT_TRUE(has(*args, "--attention-backend flash"));
   EXPECT_TRUE(has(*args, "--grad-reduce-in-bf16"));  // priced with 2-byte gradients
@@ -42,6 +48,18 @@ TEST(Megatron, UnevenStages) {
   ASSERT_TRUE(args.ok()) << args.error();
   EXPECT_TRUE(has(*args, "--decoder-first-pipeline-num-layers 17")) << *args;
   EXPECT_TRUE(has(*args, "--decoder-last-pipeline-num-layers 17")) << *args;
+  EXPECT_FALSE(deepspeed_config(p).ok());
+}
+
+// A layout: Megatron infers the virtual stages from it, so no layers per virtual stage are given.
+TEST(Megatron, PipelineLayout) {
+  Plan p = plan();
+  p.pipeline_layout.assign(static_cast<size_t>(p.pp * p.virtual_stages), 80 / (p.pp * p.virtual_stages));
+  p.pipeline_layout.front() -= 1, p.pipeline_layout.back() += 1;
+  Result<std::string> args = megatron_arguments(load("llama2-70b"), p);
+  ASSERT_TRUE(args.ok()) << args.error();
+  EXPECT_TRUE(has(*args, "--pipeline-model-parallel-layout '" + megatron_layout_string(p.pipeline_layout) + "'")) << *args;
+  EXPECT_FALSE(has(*args, "--num-layers-per-virtual-pipeline-stage")) << *args;
   EXPECT_FALSE(deepspeed_config(p).ok());
 }
 

@@ -196,6 +196,34 @@ TEST(StepCosts, ExpertAllToAllBytes) {
   EXPECT_NEAR(t.exchange_forward_s, 2 * (1e-6 + 3 * 16777216.0 / 100e9), 1e-12);
 }
 
+// DeepEP sends a token once to each other node holding one of its experts. Mixtral (8 experts,
+// top 2) over 2 nodes of 4 experts: P0 = (4/8)(3/7) = 3/14, so 1 x (1 - 3/14) = 11/14 remote
+// copies instead of 2 x 1/2 = 1. Qwen3-235B (128, top 8) over 4 nodes: P0 = prod_{i<8} (96 - i) /
+// (128 - i) = 0.092747, 3 x 0.907253 = 2.72176 instead of 8 x 3/4 = 6. DeepSeek-V3 on 8 nodes, its
+// 8 expert groups the nodes: 4 of them chosen, 4 x 7/8 = 3.5.
+TEST(StepCosts, DeepEpSendsATokenOncePerRemoteNode) {
+  const ModelSpec mixtral = load("mixtral-8x7b");
+  EXPECT_NEAR(remote_nodes_per_token(mixtral, 2), 11.0 / 14.0, 1e-12);
+  EXPECT_EQ(remote_nodes_per_token(mixtral, 1), 0);
+  ModelSpec qwen = mixtral;
+  qwen.experts = 128, qwen.experts_per_token = 8;
+  EXPECT_NEAR(remote_nodes_per_token(qwen, 4), 2.7217581933, 1e-9);
+  EXPECT_NEAR(remote_nodes_per_token(load("deepseek-v3"), 8), 3.5, 1e-12);
+  // Mixtral on EP 16 over the two nodes, s 4096: the routed copies 4096 x 2 x 4096 x 2 B; DeepEP's
+  // all-to-all takes the longer of 11/14 of a token's bytes per token over the NIC and 7/8 of the
+  // copies forwarded over NVLink.
+  Plan p = plan(1, 1, 16, 16, 4096);
+  const ClusterSpec c = round_cluster();
+  const LinkTier link = group_link(c, p, GroupKind::kEp);
+  ASSERT_TRUE(link.crosses_nodes);
+  const double per_gpu_nic = link.busbw_Bps / static_cast<double>(link.ranks_per_node), routed = 4096.0 * 2 * 4096 * 2;
+  const double alltoall = layer_timing(mixtral, c, p).exchange_forward_s;
+  p.execution.moe_dispatcher = MoeDispatcher::kDeepEp;
+  const double deepep = link.latency_s + std::max(4096.0 * 11 / 14 * 4096 * 2 / per_gpu_nic, routed * 7 / 8 / link.intra_busbw_Bps);
+  EXPECT_NEAR(layer_timing(mixtral, c, p).exchange_forward_s, 2 * deepep, 1e-12);
+  EXPECT_LT(2 * deepep, alltoall);
+}
+
 // CP's ring: Llama-3-8B, s 2048, b 1, TP 8, CP 2 — the CP pair is 8 ranks apart, in two nodes, so
 // each step crosses the network: 10 us + K and V of 1024 tokens, 1024 x 2048 x 2 / 8 =
 // 524,288 B, at one NIC's 10 GB/s = 62.43 us. The forward attention is 4 x 2048 x 4096 per token
@@ -346,6 +374,10 @@ TEST(Export, ExpertContextAndFp8Flags) {
                            "--fp8-recipe delayed"})
     EXPECT_NE(args.find(flag), std::string::npos) << flag << " in " << args;
   EXPECT_EQ(args.find("--rotary-percent"), std::string::npos);
+  Plan deepep = p;
+  deepep.execution.moe_dispatcher = MoeDispatcher::kDeepEp;
+  const std::string flex = megatron_arguments(load("deepseek-v2-lite"), deepep).value();
+  EXPECT_NE(flex.find("--moe-token-dispatcher-type flex --moe-enable-deepep"), std::string::npos) << flex;
   // Offload with fp8_param_gather: Megatron's validate_args wants the delayed recipe.
   Plan offload = p;
   offload.offload = true, offload.execution.fp8_param_gather = true, offload.execution.fp8_recipe = Fp8Recipe::kCurrent;

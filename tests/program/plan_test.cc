@@ -95,7 +95,7 @@ TEST(Plan, UnevenStages) {
   EXPECT_EQ(p.chunk_layers(126, 5).first, 39);
   EXPECT_EQ(p.chunk_layers(126, 5).count, 8);
   EXPECT_EQ(p.chunk_layers(126, 15).first, 119);
-  EXPECT_EQ(p.max_chunk_layers(126), 8);
+  EXPECT_EQ(p.max_stage_layers(126), 8);
   // Only the first given: the other 15 stages share 126 - 6 = 120 as 8 each.
   p.last_stage_layers = 0, p.first_stage_layers = 6;
   EXPECT_EQ(p.chunk_layers(126, 15).count, 8);
@@ -178,6 +178,12 @@ TEST(Plan, JsonErrorsNameTheKey) {
             "p.json: execution: key 'attention': unknown value 'paged' (expected flash|materialized)");
   EXPECT_EQ(error({{"execution", {{"fp32_gradients", "yes"}}}}),
             "p.json: execution: key 'fp32_gradients': expected true or false, got \"yes\"");
+  EXPECT_EQ(error({{"execution", {{"moe_dispatcher", "nccl"}}}}),
+            "p.json: execution: key 'moe_dispatcher': unknown value 'nccl' (expected alltoall|deepep)");
+  EXPECT_EQ(error({{"execution", {{"recompute_fraction", 1.5}}}}),
+            "p.json: execution: key 'recompute_fraction': is a share of the layers and must be <= 1");
+  EXPECT_EQ(error({{"recompute", "selective"}, {"execution", {{"recompute_fraction", 0.5}}}}),
+            "p.json: execution: key 'recompute_fraction': applies to recompute full, not selective");
 }
 
 }  // namespace

@@ -32,19 +32,23 @@ struct Layout {
   int ep = 1;                      // expert parallelism (MoE models), over the cp x dp ranks
   const char* cp_comm = "all-gather";  // or p2p: K and V passed around a ring
   bool overlap_grad_reduce = false;
+  double recompute_fraction = 1;     // full recompute on this share of the layers
+  std::vector<int> pipeline_layout = {};  // layers per model chunk; empty = even
   int ranks() const { return tp * cp * pp * dp; }
 };
 
 std::string write_plan(const Layout& l) {
   const std::string path = testing::TempDir() + "/eq_plan_" + std::to_string(getpid()) + ".json";
-  std::ofstream(path) << nlohmann::json{{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero", l.zero},
+  nlohmann::json plan = nlohmann::json{{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero", l.zero},
                                         {"micro_batch", l.micro_batch}, {"global_batch", 8}, {"seq_len", 16},
                                         {"schedule", l.schedule}, {"virtual_stages", l.chunks}, {"recompute", l.recompute},
                                         {"sequence_parallel", l.sp}, {"precision", l.precision},
                                         {"first_stage_layers", l.first_stage_layers},
                                         {"last_stage_layers", l.last_stage_layers}, {"cp", l.cp}, {"ep", l.ep},
-                                        {"execution", {{"cp_comm", l.cp_comm}, {"fp8_recipe", "current"}, {"overlap_grad_reduce", l.overlap_grad_reduce}}}}
-                             .dump();
+                                        {"execution", {{"cp_comm", l.cp_comm}, {"fp8_recipe", "current"}, {"overlap_grad_reduce", l.overlap_grad_reduce},
+                                                      {"recompute_fraction", l.recompute_fraction}}}};
+  if (!l.pipeline_layout.empty()) plan["pipeline_layout"] = l.pipeline_layout;
+  std::ofstream(path) << plan.dump();
   return path;
 }
 
@@ -115,6 +119,14 @@ TEST(Equivalence, Recompute) {
   }
   expect_same_training("tiny-gpt", {2, 2, 1, 1, "1f1b", 1, 0, "full"});
   expect_same_training("tiny-llama", {2, 1, 2, 1, "1f1b", 1, 1, "selective"});
+  // Full recompute on every other block (fms-fsdp's selective_checkpointing 1/2, Megatron's block
+  // method): TP 2 with SP, and PP 2 with ZeRO-3.
+  Layout half{2, 1, 1, 4, "1f1b", 1, 0, "full", true};
+  half.recompute_fraction = 0.5;
+  expect_same_training("tiny-gpt-8l", half);
+  Layout third{1, 2, 2, 1, "1f1b", 1, 3, "full"};
+  third.recompute_fraction = 1.0 / 3;
+  expect_same_training("tiny-gpt-8l", third);
 }
 
 TEST(Equivalence, SequenceParallel) {
@@ -153,6 +165,18 @@ TEST(Equivalence, UnevenStages) {
   Layout three{1, 3, 2, 1, "zb-h1", 1, 1};
   three.first_stage_layers = three.last_stage_layers = 2;
   expect_same_training("tiny-gpt-8l", three);
+}
+
+// Explicit layouts (Megatron's --pipeline-model-parallel-layout "E|ttt|tttt|tL"): interleaved
+// chunks of 0, 3, 4 and 1 layers, the first holding the embedding alone; and on one chunk per
+// stage, 2 + 6 with ZeRO-2.
+TEST(Equivalence, PipelineLayouts) {
+  Layout interleaved{1, 2, 1, 1, "interleaved", 2};
+  interleaved.pipeline_layout = {0, 3, 4, 1};
+  expect_same_training("tiny-gpt-8l", interleaved);
+  Layout two{1, 2, 2, 1, "1f1b", 1, 2};
+  two.pipeline_layout = {2, 6};
+  expect_same_training("tiny-gpt-8l", two);
 }
 
 // Nemotron: squared-ReLU MLP, partial rotary (half of each head), LayerNorm with GQA.

@@ -216,6 +216,20 @@ TEST(Trainer, NormsAndBiasesTakeNoWeightDecayByDefault) {
 // the gradients of the layers and the embedding untouched (the head's come from the forward, as
 // unsplit), and B then W accumulates what the combined backward does over two micro-batches: W
 // runs the combined pass's arithmetic on copies of its operands (FP8: the same rounded ones).
+// Full recompute on a share p of the blocks, placed as fms-fsdp's apply_fsdp_checkpointing
+// docstring lists them: 1/2 -> [ac, -, ac, -], 1/3 -> [-, ac, -, -, ac, -], 2/3 -> [ac, -, ac, ac, -, ac].
+TEST(Transformer, RecomputesAnEvenlySpacedShareOfTheLayers) {
+  auto pattern = [](double p) {
+    std::string out;
+    for (int64_t i = 0; i < 6; ++i) out += Transformer::recomputes_layer(i, p) ? 'x' : '.';
+    return out;
+  };
+  EXPECT_EQ(pattern(0.5), "x.x.x.");
+  EXPECT_EQ(pattern(1.0 / 3), ".x..x.");
+  EXPECT_EQ(pattern(2.0 / 3), "x.xx.x");
+  EXPECT_EQ(pattern(1.0), "xxxxxx");
+}
+
 TEST(Transformer, SplitWeightGradientsEqualTheCombinedBackward) {
   struct Case {
     const char* model;
