@@ -99,13 +99,26 @@ std::vector<int64_t> ep_degrees(const ModelSpec& m, const SearchOptions& o) {
 struct SchedulePick {
   Schedule schedule;
   int64_t chunks;
+  std::vector<int64_t> layout;  // interleaving over layers that do not divide: each chunk's layers
 };
 
 std::vector<SchedulePick> schedules_for(const ModelSpec& m, int64_t pp) {
-  std::vector<SchedulePick> s = {{Schedule::kGpipe, 1}, {Schedule::k1F1B, 1}, {Schedule::kZbH1, 1}};
+  std::vector<SchedulePick> s = {{Schedule::kGpipe, 1, {}}, {Schedule::k1F1B, 1, {}}, {Schedule::kZbH1, 1, {}}};
   if (pp >= 2 && m.layers % pp == 0)
     for (int64_t v : divisors(m.layers / pp))
-      if (v >= 2) s.push_back({Schedule::kInterleaved, v});
+      if (v >= 2) s.push_back({Schedule::kInterleaved, v, {}});
+  // Otherwise interleave as Megatron's account_for_embedding/loss_in_pipeline_split does: the
+  // embedding and the loss take one layer's slot each, and the layers + 2 split equally over the
+  // chunks (Llama 3.1 405B: 128 = 8 x 8 x 2, chunks of 1 + 62 x 2 + 1).
+  if (pp >= 2 && m.layers % pp != 0)
+    for (int64_t v : divisors((m.layers + 2) / pp)) {
+      const int64_t chunks = pp * v;
+      if (v < 2 || (m.layers + 2) % chunks != 0 || (m.layers + 2) / chunks < 2) continue;
+      const int64_t per = (m.layers + 2) / chunks;
+      std::vector<int64_t> layout(static_cast<size_t>(chunks), per);
+      layout.front() = layout.back() = per - 1;
+      s.push_back({Schedule::kInterleaved, v, std::move(layout)});
+    }
   return s;
 }
 
@@ -147,15 +160,20 @@ class Worker {
     p.seq_len = o_.seq_len;
     p.precision = o_.precision;
     p.execution = o_.execution;
-    if (!uneven_split(m_.layers, pp, p)) return;
+    const bool stages_split = uneven_split(m_.layers, pp, p);
+    const int64_t first = p.first_stage_layers, last = p.last_stage_layers;
     const std::vector<SchedulePick> schedules = schedules_for(m_, pp);
     for (size_t bi = 0; bi < batches.size(); ++bi) {
       p.micro_batch = batches[bi];
       for (const SchedulePick& s : schedules) {
         if (!o_.schedules.empty() && std::find(o_.schedules.begin(), o_.schedules.end(), s.schedule) == o_.schedules.end())
           continue;
+        if (s.layout.empty() && !stages_split) continue;
         p.schedule = s.schedule;
         p.virtual_stages = s.chunks;
+        p.pipeline_layout = s.layout;
+        p.first_stage_layers = s.layout.empty() ? first : 0;
+        p.last_stage_layers = s.layout.empty() ? last : 0;
         for (int zero = 0; zero <= 3; ++zero) {
           if (o_.fixed_zero >= 0 && zero != o_.fixed_zero) continue;
           p.zero = zero;

@@ -21,6 +21,7 @@
 #include "planner/export.h"
 #include "planner/search.h"
 #include "program/framework.h"
+#include "program/pipeline_layout.h"
 
 namespace parallax {
 namespace {
@@ -114,7 +115,20 @@ void parallel_rules(const Args& a, int64_t world, std::vector<std::string>& bad)
   const int64_t dp = world / (tp * pp * cp), mb = a.num("--micro-batch-size", 1);
   need(a.num("--global-batch-size", 0) % (mb * dp) == 0, "global batch divisible by micro batch x dp");
   const bool first_last = a.has("--decoder-first-pipeline-num-layers") || a.has("--decoder-last-pipeline-num-layers");
-  if (a.has("--num-layers-per-virtual-pipeline-stage")) {
+  if (a.has("--pipeline-model-parallel-layout")) {
+    // pipeline_parallel_layer_layout.py: no other split given; the chunks a multiple of pp; every
+    // layer placed once.
+    need(!first_last && !a.has("--num-layers-per-virtual-pipeline-stage"), "a layout is the only pipeline split");
+    std::string quoted = a.str("--pipeline-model-parallel-layout");
+    if (quoted.size() >= 2 && quoted.front() == '\'') quoted = quoted.substr(1, quoted.size() - 2);
+    const Result<std::vector<int64_t>> chunks = parse_megatron_layout(quoted);
+    need(chunks.ok(), "the layout parses");
+    if (chunks.ok()) {
+      int64_t sum = 0;
+      for (int64_t n : *chunks) sum += n;
+      need(static_cast<int64_t>(chunks->size()) % pp == 0 && sum == layers, "the layout holds every layer on pp x vp chunks");
+    }
+  } else if (a.has("--num-layers-per-virtual-pipeline-stage")) {
     need(!first_last, "uneven stages need --num-virtual-stages-per-pipeline-rank, not layers per virtual stage");
     need(layers % pp == 0 && (layers / pp) % a.num("--num-layers-per-virtual-pipeline-stage", 1) == 0,
          "layers per stage divisible by layers per virtual stage");

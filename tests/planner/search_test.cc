@@ -88,6 +88,26 @@ TEST(Search, NothingFitsIsAnEmptyRankingNotAnError) {
   EXPECT_GT(r->rejected[static_cast<size_t>(Rejection::kOutOfMemory)], 0);
 }
 
+// Layers that do not divide over pp stages still interleave, as Megatron's
+// account_for_embedding/loss_in_pipeline_split splits them: Llama 3.1 405B's 126 layers + the
+// embedding + the loss = 128 slots; on PP 16 x VP 2, 4 per chunk: 3 + 30 x 4 + 3.
+TEST(Search, InterleavesLayersThatDoNotDivideWithALayout) {
+  SearchOptions o = options(512, 512, 4096, 200, 2);
+  o.schedules = {Schedule::kInterleaved};
+  o.simulate = false;
+  Result<SearchResult> r = search(load("llama3.1-405b"), h100(), o);
+  ASSERT_TRUE(r.ok()) << r.error();
+  std::vector<int64_t> want(32, 4);
+  want.front() = want.back() = 3;
+  bool found = false;
+  for (const RankedPlan& rp : r->plans) {
+    EXPECT_EQ(rp.plan.pipeline_layout.empty(), 126 % rp.plan.pp == 0) << plan_to_json(rp.plan).dump();
+    EXPECT_EQ(rp.plan.first_stage_layers + rp.plan.last_stage_layers, 0);
+    if (rp.plan.pp == 16 && rp.plan.virtual_stages == 2) found = found || rp.plan.pipeline_layout == want;
+  }
+  EXPECT_TRUE(found);
+}
+
 TEST(Search, BadOptionsAreErrors) {
   const ModelSpec m = load("13b");
   EXPECT_EQ(search(m, h100(), options(0, 8, 4096, 10, 1)).error(), "--gpus must be >= 1, got 0");
