@@ -151,7 +151,9 @@ std::string describe_execution(const Execution& e) {
   return "framework " + (e.framework.empty() ? std::string("parallax defaults") : e.framework) + ": attention " +
          attention_name(e.attention) + ", kernels " + kernels_name(e.kernels) + ", selective " +
          selective_name(e.selective) + (e.fp32_gradients ? ", fp32 gradients" : "") +
-         (e.overlap_grad_reduce ? ", DP reduction overlapped" : "");
+         (e.overlap_grad_reduce ? ", DP reduction overlapped" : "") +
+         (e.recompute_fraction < 1 ? ", full recompute on " + std::to_string(std::lround(100 * e.recompute_fraction)) + "% of layers" : "") +
+         (e.moe_dispatcher == MoeDispatcher::kDeepEp ? ", DeepEP dispatch" : "");
 }
 
 std::string unpriced_line(const ModelSpec& m) {

@@ -10,6 +10,7 @@
 #include "planner/export.h"
 #include "planner/search.h"
 #include "planner/simulation.h"
+#include "program/pipeline_layout.h"
 #include "simulator/trace.h"
 #include "tools/cli.h"
 
@@ -117,6 +118,7 @@ void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const 
             << (p.ep > 1 ? " EP " + std::to_string(p.ep) : "") << " ZeRO " << p.zero << ", micro-batch " << p.micro_batch
             << " x " << p.micro_batches() << ", " << schedule_name(p.schedule)
             << (p.schedule == Schedule::kInterleaved ? " v=" + std::to_string(p.virtual_stages) : "")
+            << (p.pipeline_layout.empty() ? "" : ", layout " + megatron_layout_string(p.pipeline_layout))
             << ", recompute " << recompute_name(p.recompute) << (p.sequence_parallel ? ", SP" : "")
             << ", seq_len " << p.seq_len << ", global batch " << p.global_batch << ", " << precision_name(p.precision)
             << "\n" << cli::describe_execution(p.execution) << "\n";
