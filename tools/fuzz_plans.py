@@ -2,9 +2,9 @@
 """Randomized differential test of the CPU runtime over the plan space.
 
 Draws plans (TP, CP, PP, DP with and without dp_shard, EP, ZeRO 0-3, schedules and virtual stages,
-uneven stages and explicit layouts, recompute (of a share of the layers), SP, micro-batch, precision, overlap and bucket settings) for the tiny
-GPT, Llama, Mixtral and Nemotron configs on at most 4 ranks, trains each for a few steps under
-mpirun, and requires one of two outcomes:
+uneven stages and explicit layouts, recompute (also of a share of the layers), SP, micro-batch,
+precision, overlap and bucket settings) for the tiny GPT, Llama, Mixtral and Nemotron configs on at
+most 4 ranks, trains each for a few steps under mpirun, and requires one of two outcomes:
 
   * the per-step losses equal one rank's (the same model and precision) to a relative 1e-5, and
     so do the final weights and AdamW moments (read back from the checkpoints); or
