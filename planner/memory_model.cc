@@ -53,13 +53,11 @@ MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage
 
   const ActivationOptions ao = activation_options(plan);
   const int64_t mbs = plan.micro_batches();
-  // Per chunk pass: the leading dense layers (in stage 0's first chunk) hold their own. The
-  // in-flight passes are the first chunk's (even chunks) or, with a layout, spread over the
-  // stage's chunks: their mean.
-  const bool layout = !plan.pipeline_layout.empty();
-  const double dense = layout ? d(stage_dense_layers(m, plan, stage)) / d(plan.virtual_stages) : d(chunk_dense_layers(m, plan, stage, 0));
-  const double chunk = layout ? d(plan.stage_layers(m.layers, stage)) / d(plan.virtual_stages) : d(plan.chunk_layers(m.layers, stage).count);
-  const double per_pass = (chunk - dense) * layer_activation_bytes(m, ao).total() +
+  // Per chunk pass, over the stage's chunks (the in-flight passes are spread over them): their
+  // mean, the leading dense layers holding their own.
+  const double chunks = d(plan.virtual_stages);
+  const double dense = d(stage_dense_layers(m, plan, stage)) / chunks;
+  const double per_pass = (d(plan.stage_layers(m.layers, stage)) / chunks - dense) * layer_activation_bytes(m, ao).total() +
                           dense * layer_activation_bytes(dense_layer_model(m), ao).total();
   const int64_t passes =
       in_flight >= 0 ? in_flight : in_flight_chunk_passes(plan.schedule, plan.pp, mbs, plan.virtual_stages, stage);

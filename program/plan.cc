@@ -268,11 +268,7 @@ int64_t Plan::stage_layers(int64_t layers, int64_t stage) const {
 int64_t Plan::max_stage_layers(int64_t layers) const {
   if (!uneven()) return layers / pp;
   int64_t most = 0;
-  if (!pipeline_layout.empty()) {
-    for (int64_t s = 0; s < pp; ++s) most = std::max(most, stage_layers(layers, s));
-  } else {
-    for (int64_t s : {int64_t{0}, pp / 2, pp - 1}) most = std::max(most, chunk_layers(layers, s).count);
-  }
+  for (int64_t s = 0; s < pp; ++s) most = std::max(most, stage_layers(layers, s));
   return most;
 }
 

@@ -155,7 +155,9 @@ def features(plan):
             "cp": plan["cp"] > 1, "fp8": plan["precision"] == "fp8",
             "pipeline layout": bool(plan.get("pipeline_layout")),
             "full recompute on a share of the layers": "recompute_fraction" in plan["execution"],
-            "pipeline layout with an empty chunk": 0 in plan.get("pipeline_layout", [1])}
+            "pipeline layout with an empty chunk": 0 in plan.get("pipeline_layout", [1]),
+            "pipeline layout with zero %d" % plan["zero"]: bool(plan.get("pipeline_layout")) and plan["zero"] >= 2,
+            "recompute share with zero %d" % plan["zero"]: "recompute_fraction" in plan["execution"] and plan["zero"] >= 2}
     return [t for t, on in tags.items() if on]
 
 

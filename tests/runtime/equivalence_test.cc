@@ -168,12 +168,16 @@ TEST(Equivalence, UnevenStages) {
 }
 
 // Explicit layouts (Megatron's --pipeline-model-parallel-layout "E|ttt|tttt|tL"): interleaved
-// chunks of 0, 3, 4 and 1 layers, the first holding the embedding alone; and on one chunk per
-// stage, 2 + 6 with ZeRO-2.
+// chunks of 0, 3, 4 and 1 layers, the first holding the embedding alone, also with ZeRO-3 over two
+// data ranks (its gathers per chunk, an empty one included); and on one chunk per stage, 2 + 6
+// with ZeRO-2.
 TEST(Equivalence, PipelineLayouts) {
   Layout interleaved{1, 2, 1, 1, "interleaved", 2};
   interleaved.pipeline_layout = {0, 3, 4, 1};
   expect_same_training("tiny-gpt-8l", interleaved);
+  Layout sharded{1, 2, 2, 1, "interleaved", 2, 3};
+  sharded.pipeline_layout = {0, 3, 4, 1};
+  expect_same_training("tiny-gpt-8l", sharded);
   Layout two{1, 2, 2, 1, "1f1b", 1, 2};
   two.pipeline_layout = {2, 6};
   expect_same_training("tiny-gpt-8l", two);
