@@ -80,7 +80,7 @@ std::string read_attention(const nlohmann::json& j, const std::string& where, st
       c.fail("seq_len", "needs one throughput per sequence length (fwd_tflops and bwd_tflops, or fwd_bwd_tflops)");
     for (size_t k = 1; c.ok() && k < curve.seq_len.size(); ++k)
       if (curve.seq_len[k] <= curve.seq_len[k - 1]) c.fail("seq_len", "must increase");
-    c.reject_unknown_keys({"source"});
+    c.reject_unknown_keys({"source", "fwd_alone_tflops", "bwd_alone_tflops"});  // the last two: calibrate's record
     if (!c.ok()) return c.error();
     out.push_back(std::move(curve));
   }

@@ -2,13 +2,12 @@
 // streams key tiles past a tile of queries with an online softmax; the backward is three launches,
 // all deterministic: D = rowsum(dO * O), then dK and dV parallel over key tiles, then dQ parallel
 // over query tiles (recomputing P instead of adding dQ atomically). Two implementations: tensor
-// cores (nvcuda::wmma 16x16x16, fp32 accumulators) for bf16 / fp16 with head_dim 64 or 128, and an
-// fp32 CUDA-core fallback for fp32 storage, any other head_dim up to 256 or unaligned pointers.
+// cores (mma.sync m16n8k16, fp32 accumulators, scores and probabilities kept in registers) for
+// bf16 / fp16 with head_dim 64 or 128, and an fp32 CUDA-core fallback for fp32 storage, any other
+// head_dim up to 256 or unaligned pointers.
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/device_utils.cuh"
-
-#include <mma.h>
 
 #include <climits>
 #include <cmath>
@@ -23,63 +22,140 @@ namespace {
 
 using namespace attention_detail;
 
-namespace wmma = nvcuda::wmma;
-
 // ---------------------------------------------------------------------------------------------
 // Tensor-core path (bf16 / fp16, head_dim 64 or 128).
 //
 // A block is 4 warps owning a 64-row tile (queries in the forward and dQ kernels, keys in the
 // dK/dV kernel), 16 rows per warp, so row-wise work (softmax bookkeeping, masks, accumulators)
-// never crosses warps and block barriers guard only the streamed tiles. The other side streams
-// through in 64-row tiles. 64 x 64 is what the budget allows: a 64 x D operand tile is 17 KiB at
-// D = 128, the kernels hold 3 or 4 of them plus 9-26 KiB of score tiles (77-87 KiB at D = 128,
-// 46-55 KiB at D = 64), so two blocks share an SM at D = 128 (228 KiB on H100, 164 KiB on A100)
-// and three or four at D = 64; and a warp's 16 x D fp32 accumulator is D / 16 fragments, 64
-// registers per lane at D = 128 (128 for dK + dV), which leaves room below 255 without spills.
+// never crosses warps and block barriers guard only the streamed tiles; the other side streams
+// through in 64-row tiles. Products are PTX mma.sync m16n8k16 on fragments loaded from shared
+// memory with ldmatrix. The accumulator layout of one product is the A-operand layout of the next
+// (FlashAttention-2's observation), so S = Q K^T becomes P and feeds P V without leaving
+// registers, and likewise P^T, dS and dS^T in the backward: shared memory holds only the
+// operand tiles.
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"), lane = 4 g + c:
+//   A (16 x 16, row-major): a[0] = A[g][2c, 2c+1], a[1] = A[g+8][2c, 2c+1], a[2] = A[g][8+2c, 9+2c],
+//     a[3] = A[g+8][8+2c, 9+2c] (two 16-bit values per register, the lower column in the low half);
+//   B (16 x 8): b[0] = B[2c, 2c+1][g], b[1] = B[8+2c, 9+2c][g];
+//   C (16 x 8, fp32): c[0], c[1] = C[g][2c, 2c+1]; c[2], c[3] = C[g+8][2c, 2c+1].
 constexpr int kTile = 64;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-// Shared row strides in elements. 16-bit operand rows get 16 bytes of padding so consecutive rows
-// start 4 banks apart and fragment loads (8 rows x 16 bytes) are conflict-free; wmma wants strides
-// that are multiples of 16 bytes and fragment pointers 32-byte aligned, which these keep.
+// Shared row stride in elements: 16 bytes of padding put consecutive rows 4 banks apart, so the
+// 8 row addresses of one ldmatrix matrix (16 bytes each) and the fragment stores hit distinct banks.
 template <int D>
-constexpr int kLdOperand = D + 8;
-constexpr int kLdP = kTile + 8;  // 16-bit P and dS tiles
-constexpr int kLdS = kTile + 4;  // fp32 score tile (forward)
+constexpr int kLd = D + 8;
 template <int D>
-constexpr int operand_tile_bytes() {
-  return kTile * kLdOperand<D> * 2;
+constexpr int tile_bytes() {
+  return kTile * kLd<D> * 2;
 }
 
-template <class T>
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
-template <class T>
-using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
-template <class T>
-using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
-using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+using Acc = float[4];  // one 16 x 8 fp32 accumulator fragment
 
-// Where element e of this lane's accumulator fragments sits in its 16 x 16 tile. The API leaves
-// the layout unspecified but it is fixed for the fragment type, and load_matrix_sync, mma_sync and
-// store_matrix_sync agree on it (C of D = A B + C is loaded), so loading a tile whose entries are
-// their own coordinates reveals it. With it, masks, per-row lse / D and the online-softmax rescale
-// run on registers, and results go to shared memory in any element type.
-struct FragCoords {
-  int rc[Acc::num_elements];  // row * 16 + col
-  __device__ int row(int e) const { return rc[e] >> 4; }
-  __device__ int col(int e) const { return rc[e] & 15; }
-};
-// scratch: 256 floats of this warp's shared memory, free at the time of the call.
-__device__ FragCoords frag_coords(float* scratch) {
-  for (int i = threadIdx.x % 32; i < 256; i += 32) scratch[i] = static_cast<float>(i);
-  __syncwarp();
-  Acc f;
-  wmma::load_matrix_sync(f, scratch, 16, wmma::mem_row_major);
-  __syncwarp();
-  FragCoords fc;
+__device__ inline unsigned smem_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+
+// Four 8 x 8 matrices of 16-bit values; lanes 8i .. 8i + 7 give the row addresses of matrix i.
+__device__ inline void ldsm_x4(unsigned (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(row)));
+}
+__device__ inline void ldsm_x4_trans(unsigned (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(row)));
+}
+
+// c += a b (16 x 16 by 16 x 8).
+template <class T>
+__device__ inline void mma(Acc& c, const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// This lane's ldmatrix row address for the A fragment of rows [r0, r0 + 16) x columns [k0, k0 + 16)
+// of a row-major tile: matrices (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
+template <int D, class T>
+__device__ inline const T* a_row(const T* tile, int r0, int k0) {
+  const int lane = threadIdx.x % 32;
+  return tile + (r0 + (lane & 15)) * kLd<D> + k0 + (lane >> 4) * 8;
+}
+// B fragments of two 8-column n-tiles for B = X^T, X row-major with rows [n0, n0 + 16) and
+// columns [k0, k0 + 16): r[0], r[1] serve n-tile n0, r[2], r[3] n-tile n0 + 8.
+template <int D, class T>
+__device__ inline const T* bt_row(const T* tile, int n0, int k0) {
+  const int lane = threadIdx.x % 32;
+  return tile + (n0 + (lane >> 4) * 8 + (lane & 7)) * kLd<D> + k0 + ((lane >> 3) & 1) * 8;
+}
+// B fragments of two n-tiles for B = X, X row-major with rows [k0, k0 + 16) and columns
+// [n0, n0 + 16), loaded transposed: r[0], r[1] serve n-tile n0, r[2], r[3] n-tile n0 + 8.
+template <int D, class T>
+__device__ inline const T* b_row(const T* tile, int k0, int n0) {
+  const int lane = threadIdx.x % 32;
+  return tile + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * kLd<D> + n0 + (lane >> 4) * 8;
+}
+
+template <int N>
+__device__ inline void zero(Acc (&acc)[N]) {
 #pragma unroll
-  for (int e = 0; e < Acc::num_elements; ++e) fc.rc[e] = static_cast<int>(f.x[e]);
-  return fc;
+  for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+
+// acc (16 x 8N) += A X^T over columns [0, D): A is rows [a0, a0 + 16) of tile `a`, X rows
+// [x0, x0 + 8N) of tile `x` (both D wide).
+template <class T, int D, int N>
+__device__ void mul_abt(Acc (&acc)[N], const T* a, int a0, const T* x, int x0) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    unsigned fa[4];
+    ldsm_x4(fa, a_row<D>(a, a0, kk * 16));
+#pragma unroll
+    for (int n = 0; n < N / 2; ++n) {
+      unsigned fb[4];
+      ldsm_x4(fb, bt_row<D>(x, x0 + n * 16, kk * 16));
+      mma<T>(acc[2 * n], fa, fb[0], fb[1]);
+      mma<T>(acc[2 * n + 1], fa, fb[2], fb[3]);
+    }
+  }
+}
+
+// acc (16 x D) += P X: P is 16 x 16K given as K A-fragments (registers), X rows [x0, x0 + 16K)
+// of tile `x`.
+template <class T, int D, int K>
+__device__ void mul_ab_acc(Acc (&acc)[D / 8], const unsigned (&p)[K][4], const T* x, int x0) {
+#pragma unroll
+  for (int kk = 0; kk < K; ++kk)
+#pragma unroll
+    for (int n = 0; n < D / 16; ++n) {
+      unsigned fb[4];
+      ldsm_x4_trans(fb, b_row<D>(x, x0 + kk * 16, n * 16));
+      mma<T>(acc[2 * n], p[kk], fb[0], fb[1]);
+      mma<T>(acc[2 * n + 1], p[kk], fb[2], fb[3]);
+    }
+}
+
+// Accumulator n-tiles 2k and 2k + 1 (16 x 16) as the A fragment of columns [16k, 16k + 16).
+template <class T, int N>
+__device__ inline void to_a(unsigned (&a)[N / 2][4], const Acc (&c)[N]) {
+#pragma unroll
+  for (int k = 0; k < N / 2; ++k) {
+    a[k][0] = pack2<T>(c[2 * k][0], c[2 * k][1]);
+    a[k][1] = pack2<T>(c[2 * k][2], c[2 * k][3]);
+    a[k][2] = pack2<T>(c[2 * k + 1][0], c[2 * k + 1][1]);
+    a[k][3] = pack2<T>(c[2 * k + 1][2], c[2 * k + 1][3]);
+  }
 }
 
 // Issues the copy of rows [row0, row0 + 64) of one head into a 64 x D shared tile. Rows at or past
@@ -90,7 +166,7 @@ __device__ void issue_tile(T* tile, const T* head, int row0, int t_len, long row
   for (int i = threadIdx.x; i < kTile * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i % kChunks;
     const bool valid = row0 + r < t_len;
-    cp_async16(tile + r * kLdOperand<D> + c * 8, head + (valid ? (row0 + r) * row_stride : 0) + c * 8, valid);
+    cp_async16(tile + r * kLd<D> + c * 8, head + (valid ? (row0 + r) * row_stride : 0) + c * 8, valid);
   }
 }
 // 64 per-row floats (lse or D) of rows [row0, row0 + 64); zero past T.
@@ -101,316 +177,269 @@ __device__ void issue_rows(float* dst, const float* src, int row0, int t_len) {
   }
 }
 
-// acc[n] = A B_n^T, n < N: A is this warp's 16 x D rows, B_n rows 16n .. 16n + 15 of a D-wide
-// tile (both row-major, stride kLdOperand), i.e. the 16 x 16N block of A B^T.
-template <class T, int D, int N>
-__device__ void mul_abt(Acc (&acc)[N], const T* a, const T* b) {
-  constexpr int ld = kLdOperand<D>;
-#pragma unroll
-  for (int n = 0; n < N; ++n) wmma::fill_fragment(acc[n], 0.0f);
-  // The k loop stays rolled (indices into acc[] stay compile-time): unrolled, the compiler hoists
-  // every fragment load of the product, reaches 255 registers and spills.
-#pragma unroll 1
-  for (int kk = 0; kk < D / 16; ++kk) {
-    FragA<T> fa;
-    wmma::load_matrix_sync(fa, a + kk * 16, ld);
-#pragma unroll
-    for (int n = 0; n < N; ++n) {
-      FragBCol<T> fb;
-      wmma::load_matrix_sync(fb, b + n * 16 * ld + kk * 16, ld);
-      wmma::mma_sync(acc[n], fa, fb, acc[n]);
-    }
-  }
-}
-
-// acc (16 x D) += A B: A is this warp's 16 x 64 P or dS tile (stride kLdP), B a 64 x D tile.
+// Writes a warp's 16 x D accumulator, times `scale` (rows g and g + 8 also by row_factor[0] and
+// [1]), into `stage` (16 rows of a tile this warp alone reads, free by then) and copies the rows
+// before t_len to global memory 16 bytes at a time.
 template <class T, int D>
-__device__ void mul_ab_acc(Acc (&acc)[D / 16], const T* a, const T* b) {
-  constexpr int ld = kLdOperand<D>;
-#pragma unroll 1  // as in mul_abt
-  for (int kk = 0; kk < kTile / 16; ++kk) {
-    FragA<T> fa;
-    wmma::load_matrix_sync(fa, a + kk * 16, kLdP);
+__device__ void store_rows(T* head, long row_stride, int row0, int t_len, const Acc (&acc)[D / 8],
+                           const float (&row_factor)[2], float scale, T* stage) {
+  const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const float f0 = scale * row_factor[0], f1 = scale * row_factor[1];
+  __syncwarp();  // the warp's last ldmatrix of `stage` is behind every lane
 #pragma unroll
-    for (int n = 0; n < D / 16; ++n) {
-      FragBRow<T> fb;
-      wmma::load_matrix_sync(fb, b + kk * 16 * ld + n * 16, ld);
-      wmma::mma_sync(acc[n], fa, fb, acc[n]);
-    }
-  }
-}
-
-// Writes a warp's 16 x D result, times scale and row_factor[row] when given, into `stage` (the
-// warp's 16 rows of an operand tile it alone reads, free by then) and copies the rows before t_len
-// to global memory 16 bytes at a time.
-template <class T, int D>
-__device__ void store_rows(T* head, long row_stride, int row0, int t_len, const Acc (&acc)[D / 16],
-                           const float* row_factor, float scale, T* stage, const FragCoords& fc) {
-  constexpr int ld = kLdOperand<D>;
-#pragma unroll
-  for (int e = 0; e < Acc::num_elements; ++e) {
-    const float f = row_factor ? scale * row_factor[fc.row(e)] : scale;
-#pragma unroll
-    for (int n = 0; n < D / 16; ++n) stage[fc.row(e) * ld + n * 16 + fc.col(e)] = from_float<T>(acc[n].x[e] * f);
+  for (int n = 0; n < D / 8; ++n) {
+    *reinterpret_cast<unsigned*>(stage + g * kLd<D> + n * 8 + 2 * c) = pack2<T>(acc[n][0] * f0, acc[n][1] * f0);
+    *reinterpret_cast<unsigned*>(stage + (g + 8) * kLd<D> + n * 8 + 2 * c) = pack2<T>(acc[n][2] * f1, acc[n][3] * f1);
   }
   __syncwarp();
   constexpr int kChunks = D * 2 / 16;
-  for (int i = threadIdx.x % 32; i < 16 * kChunks; i += 32) {
-    const int r = i / kChunks, c = i % kChunks;
+  for (int i = lane; i < 16 * kChunks; i += 32) {
+    const int r = i / kChunks, k = i % kChunks;
     if (row0 + r < t_len)
-      reinterpret_cast<uint4*>(head + (row0 + r) * row_stride)[c] = reinterpret_cast<const uint4*>(stage + r * ld)[c];
+      reinterpret_cast<uint4*>(head + (row0 + r) * row_stride)[k] = reinterpret_cast<const uint4*>(stage + r * kLd<D>)[k];
   }
 }
 
-// One online-softmax step for this warp's 16 query rows and a 64-key tile of fp32 scores. Lanes l
-// and l ^ 16 share row l & 15 (columns 0-31 and 32-63) and keep identical running max m (log2
-// units) and sum l. Columns >= valid_cols are masked. Writes P = exp2(s - m_new) as T and the row's
-// rescale factor exp2(m_old - m_new) (0 on the first tile, where m_old = -inf). The score rows are
-// read 16 bytes at a time: a quarter-warp (rows r .. r + 7, stride 68 = 4 mod 32 words) then covers
-// all 32 banks once.
-template <class T>
-__device__ void softmax_update(const float* s_warp, T* p_warp, float* row_factor, float& m, float& l,
-                               float scale_log2, int valid_cols) {
-  const int lane = threadIdx.x % 32, row = lane & 15, half = lane >> 4;
-  const float4* srow = reinterpret_cast<const float4*>(s_warp + row * kLdS + half * 32);
-  uint2* prow = reinterpret_cast<uint2*>(p_warp + row * kLdP + half * 32);
-  float x[32];
+// The maximum over the four lanes that share a row (lanes 4g .. 4g + 3).
+__device__ inline float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ inline float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// One online-softmax step for this lane's two rows (g and g + 8 of the warp's 16) over a 64-key
+// tile of raw scores: scales them to log2 units, masks keys after query (on the diagonal tile,
+// `row` is the warp's first query relative to the tile's first key; -1 for no mask), replaces them
+// by P = exp2(s - m_new) and returns each row's rescale factor exp2(m_old - m_new) (0 on the first
+// tile, where m_old = -inf). The running sum l stays per lane (its 16 columns) until the end.
+__device__ inline void softmax_update(Acc (&sc)[kTile / 8], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                      float scale_log2, int row) {
+  const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float4 v4 = srow[i];
-    x[4 * i] = v4.x, x[4 * i + 1] = v4.y, x[4 * i + 2] = v4.z, x[4 * i + 3] = v4.w;
+  for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = n * 8 + 2 * c + (e & 1), query = row + g + (e >> 1) * 8;
+      const float x = row >= 0 && key > query ? -INFINITY : sc[n][e] * scale_log2;
+      sc[n][e] = x;
+      tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
+    }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    // Finite: every row's first key tile holds key 0, which no query masks.
+    const float m_new = fmaxf(m[i], quad_max(tile_max[i]));
+    alpha[i] = exp2f(m[i] - m_new);
+    m[i] = m_new;
+    l[i] *= alpha[i];
   }
-  float tile_max = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    x[i] = half * 32 + i < valid_cols ? x[i] * scale_log2 : -INFINITY;
-    tile_max = fmaxf(tile_max, x[i]);
-  }
-  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 16));
-  // Finite: every row's first key tile holds key 0, which no query masks.
-  const float m_new = fmaxf(m, tile_max);
-  const float alpha = exp2f(m - m_new);
-  float sum = 0.0f;
+  for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    x[i] = exp2f(x[i] - m_new);
-    sum += x[i];
-  }
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-    prow[i] = make_uint2(pack2<T>(x[4 * i], x[4 * i + 1]), pack2<T>(x[4 * i + 2], x[4 * i + 3]));
-  sum += __shfl_xor_sync(0xffffffffu, sum, 16);
-  l = l * alpha + sum;
-  m = m_new;
-  if (half == 0) row_factor[row] = alpha;
+    for (int e = 0; e < 4; ++e) {
+      sc[n][e] = exp2f(sc[n][e] - m[e >> 1]);
+      l[e >> 1] += sc[n][e];
+    }
 }
 
 template <int D>
 constexpr int fwd_smem_bytes() {
-  return 3 * operand_tile_bytes<D>() + kTile * kLdS * 4 + kTile * kLdP * 2 + kTile * 4;
+  return 3 * tile_bytes<D>();
 }
 
-// Grid: one block per (query tile, head, sequence). Shared: Q, K, V tiles, fp32 scores, P, and a
-// per-row factor. K_{j+1} is fetched while P_j V_j runs and V_{j+1} while the next scores do.
+// Grid: one block per (query tile, head, sequence). Shared: Q, K and V tiles. Q's fragments are
+// read once into registers; K_{j+1} is fetched while P_j V_j runs and V_{j+1} while the next
+// scores do.
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     fwd_tc_kernel(T* out, float* lse, const T* q, const T* k, const T* v, AttentionShape s, int tiles, float scale_log2) {
-  constexpr int ld = kLdOperand<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* q_tile = reinterpret_cast<T*>(smem);
-  T* k_tile = q_tile + kTile * ld;
-  T* v_tile = k_tile + kTile * ld;
-  float* s_tile = reinterpret_cast<float*>(v_tile + kTile * ld);
-  T* p_tile = reinterpret_cast<T*>(s_tile + kTile * kLdS);
-  float* factors = reinterpret_cast<float*>(p_tile + kTile * kLdP);
+  T* k_tile = q_tile + kTile * kLd<D>;
+  T* v_tile = k_tile + kTile * kLd<D>;
 
   const TileIndex at = tile_index(s.h, s.b, tiles, true);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, q0 = at.tile * kTile;
   const long q_stride = static_cast<long>(s.h) * s.d, kv_stride = static_cast<long>(s.kvh) * s.d;
   const int kv_head = at.head / (s.h / s.kvh);
-  const T* q_head = head_base(q, s, at.batch, s.h, at.head);
   const T* k_head = head_base(k, s, at.batch, s.kvh, kv_head);
   const T* v_head = head_base(v, s, at.batch, s.kvh, kv_head);
-  float* s_warp = s_tile + warp * 16 * kLdS;
-  T* p_warp = p_tile + warp * 16 * kLdP;
-  float* factor_warp = factors + warp * 16;
 
   // cp.async groups, in order: {Q, K_0}, {V_0}, then per key tile {K_j+1}, {V_j+1} (empty past the
   // last tile), so "all but the newest group" is always the tile needed next.
-  issue_tile<T, D>(q_tile, q_head, q0, s.t, q_stride);
+  issue_tile<T, D>(q_tile, head_base(q, s, at.batch, s.h, at.head), q0, s.t, q_stride);
   issue_tile<T, D>(k_tile, k_head, 0, s.t, kv_stride);
   cp_async_commit();
   issue_tile<T, D>(v_tile, v_head, 0, s.t, kv_stride);
   cp_async_commit();
-  const FragCoords fc = frag_coords(s_warp);
-  Acc o[D / 16];
-#pragma unroll
-  for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(o[n], 0.0f);
-  float m = -INFINITY, l = 0.0f;
+  Acc o[D / 8];
+  zero(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   // Causal: key tiles after the query tile are skipped entirely.
   for (int j = 0; j <= at.tile; ++j) {
     cp_async_wait<1>();
     __syncthreads();  // K_j (and Q) landed
-    {
-      Acc sc[kTile / 16];
-      mul_abt<T, D, kTile / 16>(sc, q_tile + warp * 16 * ld, k_tile);
-#pragma unroll
-      for (int n = 0; n < kTile / 16; ++n) wmma::store_matrix_sync(s_warp + n * 16, sc[n], kLdS, wmma::mem_row_major);
-    }
+    Acc sc[kTile / 8];
+    zero(sc);
+    mul_abt<T, D, kTile / 8>(sc, q_tile, warp * 16, k_tile, 0);
     __syncthreads();  // every warp is done with K_j
     if (j < at.tile) issue_tile<T, D>(k_tile, k_head, (j + 1) * kTile, s.t, kv_stride);
     cp_async_commit();
     // Every key of an earlier tile precedes every query of this one, so only the diagonal tile
-    // (j == tile, keys and queries at the same offsets) needs a mask: row r keeps columns <= r.
-    const int valid_cols = j == at.tile ? warp * 16 + (lane & 15) + 1 : kTile;
-    softmax_update(s_warp, p_warp, factor_warp, m, l, scale_log2, valid_cols);
-    cp_async_wait<1>();
-    __syncthreads();  // V_j landed; P and the factors are visible
+    // (j == tile, keys and queries at the same offsets) needs a mask.
+    float alpha[2];
+    softmax_update(sc, m, l, alpha, scale_log2, j == at.tile ? warp * 16 : -1);
 #pragma unroll
-    for (int e = 0; e < Acc::num_elements; ++e) {
-      const float alpha = factor_warp[fc.row(e)];
-#pragma unroll
-      for (int n = 0; n < D / 16; ++n) o[n].x[e] *= alpha;
+    for (int n = 0; n < D / 8; ++n) {
+      o[n][0] *= alpha[0], o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1], o[n][3] *= alpha[1];
     }
-    mul_ab_acc<T, D>(o, p_warp, v_tile);
+    unsigned p[kTile / 16][4];
+    to_a<T>(p, sc);
+    cp_async_wait<1>();
+    __syncthreads();  // V_j landed
+    mul_ab_acc<T, D, kTile / 16>(o, p, v_tile, 0);
     __syncthreads();  // every warp is done with V_j
     if (j < at.tile) issue_tile<T, D>(v_tile, v_head, (j + 1) * kTile, s.t, kv_stride);
     cp_async_commit();
   }
   cp_async_wait<0>();
-  if (lane < 16) {
-    factor_warp[lane] = 1.0f / l;
-    const int t = q0 + warp * 16 + lane;
-    if (t < s.t) lse[(static_cast<long>(at.batch) * s.h + at.head) * s.t + t] = (m + log2f(l)) * kLn2;
+  const int g = lane / 4;
+  float inv[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] = quad_sum(l[i]);
+    inv[i] = 1.0f / l[i];
+    const int t = q0 + warp * 16 + g + 8 * i;
+    if (lane % 4 == 0 && t < s.t) lse[(static_cast<long>(at.batch) * s.h + at.head) * s.t + t] = (m[i] + log2f(l[i])) * kLn2;
   }
-  __syncwarp();
-  store_rows<T, D>(head_base(out, s, at.batch, s.h, at.head), q_stride, q0 + warp * 16, s.t, o, factor_warp, 1.0f,
-                   q_tile + warp * 16 * ld, fc);
+  store_rows<T, D>(head_base(out, s, at.batch, s.h, at.head), q_stride, q0 + warp * 16, s.t, o, inv, 1.0f,
+                   q_tile + warp * 16 * kLd<D>);
 }
 
 template <int D>
 constexpr int dkv_smem_bytes() {
-  return 4 * operand_tile_bytes<D>() + 2 * kTile * kLdP * 2 + 2 * kTile * 4;
+  return 6 * tile_bytes<D>() + 4 * kTile * 4;
 }
 
 // Grid: one block per (key tile, KV head, sequence); it visits every (query head of the KV head's
 // group, query tile at or after the key tile) in order, so GQA's sum over the group happens in
-// registers, deterministically. Per step: P^T = exp(K Q^T - lse), dP^T = V dO^T,
-// dS^T = P^T (dP^T - D); dV += P^T dO; dK += dS^T Q (times scale at the end).
+// registers, deterministically. Per step and 32 queries at a time: S^T = K Q^T, dP^T = V dO^T,
+// P^T = exp(S^T - lse), dS^T = P^T (dP^T - D); dV += P^T dO; dK += dS^T Q (times scale at the end).
+// Q, dO, lse and D are double-buffered: step n + 1's land while step n computes.
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     dkv_tc_kernel(T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const float* lse, const float* delta,
                   AttentionShape s, int tiles, float scale_log2, float scale) {
-  constexpr int ld = kLdOperand<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* k_tile = reinterpret_cast<T*>(smem);
-  T* v_tile = k_tile + kTile * ld;
-  T* q_tile = v_tile + kTile * ld;
-  T* do_tile = q_tile + kTile * ld;
-  T* pt_tile = do_tile + kTile * ld;
-  T* dst_tile = pt_tile + kTile * kLdP;
-  float* lse_s = reinterpret_cast<float*>(dst_tile + kTile * kLdP);
-  float* delta_s = lse_s + kTile;
+  T* v_tile = k_tile + kTile * kLd<D>;
+  T* q_tiles = v_tile + kTile * kLd<D>;       // [2][64][kLd]
+  T* do_tiles = q_tiles + 2 * kTile * kLd<D>;  // [2][64][kLd]
+  float* lse_s = reinterpret_cast<float*>(do_tiles + 2 * kTile * kLd<D>);  // [2][64]
+  float* delta_s = lse_s + 2 * kTile;                                      // [2][64]
 
   const TileIndex at = tile_index(s.kvh, s.b, tiles, false);  // early key tiles see the most queries
-  const int warp = threadIdx.x / 32, k0 = at.tile * kTile, group = s.h / s.kvh;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int k0 = at.tile * kTile, group = s.h / s.kvh;
   const long q_stride = static_cast<long>(s.h) * s.d, kv_stride = static_cast<long>(s.kvh) * s.d;
-  const int q_tiles = tiles - at.tile, steps = group * q_tiles;
-  T* pt_warp = pt_tile + warp * 16 * kLdP;
-  T* dst_warp = dst_tile + warp * 16 * kLdP;
-  auto step_head = [&](int n) { return at.head * group + n / q_tiles; };
-  auto step_row0 = [&](int n) { return (at.tile + n % q_tiles) * kTile; };
-  auto lse_row = [&](const float* x, int n) { return x + (static_cast<long>(at.batch) * s.h + step_head(n)) * s.t; };
+  const int q_tiles_n = tiles - at.tile, steps = group * q_tiles_n;
+  auto step_head = [&](int n) { return at.head * group + n / q_tiles_n; };
+  auto step_row0 = [&](int n) { return (at.tile + n % q_tiles_n) * kTile; };
+  auto row_base = [&](const float* x, int n) { return x + (static_cast<long>(at.batch) * s.h + step_head(n)) * s.t; };
+  auto issue_step = [&](int n) {
+    const int buf = n & 1, r0 = step_row0(n);
+    issue_tile<T, D>(q_tiles + buf * kTile * kLd<D>, head_base(q, s, at.batch, s.h, step_head(n)), r0, s.t, q_stride);
+    issue_tile<T, D>(do_tiles + buf * kTile * kLd<D>, head_base(dout, s, at.batch, s.h, step_head(n)), r0, s.t,
+                     q_stride);
+    issue_rows(lse_s + buf * kTile, row_base(lse, n), r0, s.t);
+    issue_rows(delta_s + buf * kTile, row_base(delta, n), r0, s.t);
+  };
 
   issue_tile<T, D>(k_tile, head_base(k, s, at.batch, s.kvh, at.head), k0, s.t, kv_stride);
   issue_tile<T, D>(v_tile, head_base(v, s, at.batch, s.kvh, at.head), k0, s.t, kv_stride);
-  issue_tile<T, D>(q_tile, head_base(q, s, at.batch, s.h, step_head(0)), step_row0(0), s.t, q_stride);
-  issue_tile<T, D>(do_tile, head_base(dout, s, at.batch, s.h, step_head(0)), step_row0(0), s.t, q_stride);
-  issue_rows(lse_s, lse_row(lse, 0), step_row0(0), s.t);
-  issue_rows(delta_s, lse_row(delta, 0), step_row0(0), s.t);
+  issue_step(0);
   cp_async_commit();
-  const FragCoords fc = frag_coords(reinterpret_cast<float*>(pt_warp));
-  Acc dk_acc[D / 16], dv_acc[D / 16];
-#pragma unroll
-  for (int n = 0; n < D / 16; ++n) {
-    wmma::fill_fragment(dk_acc[n], 0.0f);
-    wmma::fill_fragment(dv_acc[n], 0.0f);
-  }
+  Acc dk_acc[D / 8], dv_acc[D / 8];
+  zero(dk_acc);
+  zero(dv_acc);
   for (int n = 0; n < steps; ++n) {
-    const int q0 = step_row0(n);
+    if (n + 1 < steps) issue_step(n + 1);  // into the buffer step n - 1 used, which every warp is done with
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();  // step n's Q, dO, lse, D (and K, V) landed
+    const int buf = n & 1, q0 = step_row0(n);
+    const T* q_tile = q_tiles + buf * kTile * kLd<D>;
+    const T* do_tile = do_tiles + buf * kTile * kLd<D>;
+    const float* lse_b = lse_s + buf * kTile;
+    const float* delta_b = delta_s + buf * kTile;
     const bool diagonal = q0 == k0, last = q0 + kTile >= s.t;
-    cp_async_wait<0>();
-    __syncthreads();  // this step's Q, dO, lse, D landed
     // 32 queries at a time, to keep the score fragments' registers beside dK's and dV's.
 #pragma unroll 1
     for (int half = 0; half < 2; ++half) {
-      Acc st[2], dpt[2];
-      mul_abt<T, D, 2>(st, k_tile + warp * 16 * ld, q_tile + half * 32 * ld);
-      mul_abt<T, D, 2>(dpt, v_tile + warp * 16 * ld, do_tile + half * 32 * ld);
+      Acc st[4], dpt[4];
+      zero(st);
+      zero(dpt);
+      mul_abt<T, D, 4>(st, k_tile, warp * 16, q_tile, half * 32);
+      mul_abt<T, D, 4>(dpt, v_tile, warp * 16, do_tile, half * 32);
 #pragma unroll
-      for (int nn = 0; nn < 2; ++nn)
+      for (int nn = 0; nn < 4; ++nn)
 #pragma unroll
-        for (int e = 0; e < Acc::num_elements; ++e) {
-          const int r = fc.row(e), c = half * 32 + nn * 16 + fc.col(e);
-          float p = exp2f(st[nn].x[e] * scale_log2 - lse_s[c] * kLog2e);
-          // Causal mask on the diagonal tile only (key 16 warp + r after query c); queries past T
-          // (zero lse, zero Q) are dropped on the last tile.
-          if ((diagonal && warp * 16 + r > c) || (last && q0 + c >= s.t)) p = 0.0f;
-          pt_warp[r * kLdP + c] = from_float<T>(p);
-          dst_warp[r * kLdP + c] = from_float<T>(p * (dpt[nn].x[e] - delta_s[c]));
+        for (int e = 0; e < 4; ++e) {
+          const int key = warp * 16 + g + (e >> 1) * 8, col = half * 32 + nn * 8 + 2 * c + (e & 1);
+          float p = exp2f(st[nn][e] * scale_log2 - lse_b[col] * kLog2e);
+          // Causal mask on the diagonal tile only (key after query); queries past T (zero lse,
+          // zero Q) are dropped on the last tile.
+          if ((diagonal && key > col) || (last && q0 + col >= s.t)) p = 0.0f;
+          st[nn][e] = p;
+          dpt[nn][e] = p * (dpt[nn][e] - delta_b[col]);
         }
+      unsigned pa[2][4], dsa[2][4];
+      to_a<T>(pa, st);
+      to_a<T>(dsa, dpt);
+      mul_ab_acc<T, D, 2>(dv_acc, pa, do_tile, half * 32);
+      mul_ab_acc<T, D, 2>(dk_acc, dsa, q_tile, half * 32);
     }
-    __syncwarp();
-    mul_ab_acc<T, D>(dv_acc, pt_warp, do_tile);
-    __syncthreads();  // every warp is done with dO, lse and D
-    if (n + 1 < steps) {
-      issue_tile<T, D>(do_tile, head_base(dout, s, at.batch, s.h, step_head(n + 1)), step_row0(n + 1), s.t, q_stride);
-      issue_rows(lse_s, lse_row(lse, n + 1), step_row0(n + 1), s.t);
-      issue_rows(delta_s, lse_row(delta, n + 1), step_row0(n + 1), s.t);
-    }
-    mul_ab_acc<T, D>(dk_acc, dst_warp, q_tile);
-    __syncthreads();  // every warp is done with Q
-    if (n + 1 < steps)
-      issue_tile<T, D>(q_tile, head_base(q, s, at.batch, s.h, step_head(n + 1)), step_row0(n + 1), s.t, q_stride);
-    cp_async_commit();
+    __syncthreads();  // every warp is done with this step's buffer
   }
   cp_async_wait<0>();
-  store_rows<T, D>(head_base(dk, s, at.batch, s.kvh, at.head), kv_stride, k0 + warp * 16, s.t, dk_acc, nullptr, scale,
-                   k_tile + warp * 16 * ld, fc);
-  store_rows<T, D>(head_base(dv, s, at.batch, s.kvh, at.head), kv_stride, k0 + warp * 16, s.t, dv_acc, nullptr, 1.0f,
-                   v_tile + warp * 16 * ld, fc);
+  const float one[2] = {1.0f, 1.0f};
+  store_rows<T, D>(head_base(dk, s, at.batch, s.kvh, at.head), kv_stride, k0 + warp * 16, s.t, dk_acc, one, scale,
+                   k_tile + warp * 16 * kLd<D>);
+  store_rows<T, D>(head_base(dv, s, at.batch, s.kvh, at.head), kv_stride, k0 + warp * 16, s.t, dv_acc, one, 1.0f,
+                   v_tile + warp * 16 * kLd<D>);
 }
 
 template <int D>
 constexpr int dq_smem_bytes() {
-  return 4 * operand_tile_bytes<D>() + kTile * kLdP * 2 + 2 * kTile * 4;
+  return 4 * tile_bytes<D>() + 2 * kTile * 4;
 }
 
-// Grid: one block per (query tile, head, sequence). Per key tile: dP = dO V^T, P = exp(Q K^T - lse),
-// dS = P (dP - D), dQ += dS K (times scale at the end). V_{j+1} is fetched while the scores and dQ
-// use K_j, and K_{j+1} while the next dP runs.
+// Grid: one block per (query tile, head, sequence). Per key tile: dP = dO V^T, S = Q K^T,
+// P = exp(S - lse), dS = P (dP - D), dQ += dS K (times scale at the end). V_{j+1} is fetched while
+// the scores and dQ use K_j, and K_{j+1} while the next dP runs.
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     dq_tc_kernel(T* dq, const T* dout, const T* q, const T* k, const T* v, const float* lse, const float* delta,
                  AttentionShape s, int tiles, float scale_log2, float scale) {
-  constexpr int ld = kLdOperand<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* q_tile = reinterpret_cast<T*>(smem);
-  T* do_tile = q_tile + kTile * ld;
-  T* k_tile = do_tile + kTile * ld;
-  T* v_tile = k_tile + kTile * ld;
-  T* ds_tile = v_tile + kTile * ld;
-  float* lse_s = reinterpret_cast<float*>(ds_tile + kTile * kLdP);
+  T* do_tile = q_tile + kTile * kLd<D>;
+  T* k_tile = do_tile + kTile * kLd<D>;
+  T* v_tile = k_tile + kTile * kLd<D>;
+  float* lse_s = reinterpret_cast<float*>(v_tile + kTile * kLd<D>);
   float* delta_s = lse_s + kTile;
 
   const TileIndex at = tile_index(s.h, s.b, tiles, true);
-  const int warp = threadIdx.x / 32, q0 = at.tile * kTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4, q0 = at.tile * kTile;
   const long q_stride = static_cast<long>(s.h) * s.d, kv_stride = static_cast<long>(s.kvh) * s.d;
   const int kv_head = at.head / (s.h / s.kvh);
   const T* k_head = head_base(k, s, at.batch, s.kvh, kv_head);
   const T* v_head = head_base(v, s, at.batch, s.kvh, kv_head);
   const long row_offset = (static_cast<long>(at.batch) * s.h + at.head) * s.t;
-  T* ds_warp = ds_tile + warp * 16 * kLdP;
 
   // cp.async groups: {Q, dO, lse, D, V_0}, {K_0}, then per key tile {V_j+1}, {K_j+1}.
   issue_tile<T, D>(q_tile, head_base(q, s, at.batch, s.h, at.head), q0, s.t, q_stride);
@@ -421,45 +450,52 @@ __global__ void __launch_bounds__(kThreads)
   cp_async_commit();
   issue_tile<T, D>(k_tile, k_head, 0, s.t, kv_stride);
   cp_async_commit();
-  const FragCoords fc = frag_coords(reinterpret_cast<float*>(ds_warp));
-  Acc acc[D / 16];
+  cp_async_wait<1>();
+  __syncthreads();  // Q, dO, lse, D landed
+  float row_lse[2], row_delta[2];
 #pragma unroll
-  for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(acc[n], 0.0f);
+  for (int i = 0; i < 2; ++i) {
+    row_lse[i] = lse_s[warp * 16 + g + 8 * i] * kLog2e;
+    row_delta[i] = delta_s[warp * 16 + g + 8 * i];
+  }
+  Acc acc[D / 8];
+  zero(acc);
   for (int j = 0; j <= at.tile; ++j) {
     cp_async_wait<1>();
-    __syncthreads();  // V_j (and at j = 0 Q, dO, lse, D) landed
-    Acc dp[kTile / 16];
-    mul_abt<T, D, kTile / 16>(dp, do_tile + warp * 16 * ld, v_tile);
+    __syncthreads();  // V_j landed
+    Acc dp[kTile / 8];
+    zero(dp);
+    mul_abt<T, D, kTile / 8>(dp, do_tile, warp * 16, v_tile, 0);
     __syncthreads();  // every warp is done with V_j
     if (j < at.tile) issue_tile<T, D>(v_tile, v_head, (j + 1) * kTile, s.t, kv_stride);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();  // K_j landed
-    {
-      Acc sc[kTile / 16];
-      mul_abt<T, D, kTile / 16>(sc, q_tile + warp * 16 * ld, k_tile);
-      const bool diagonal = j == at.tile;
+    Acc sc[kTile / 8];
+    zero(sc);
+    mul_abt<T, D, kTile / 8>(sc, q_tile, warp * 16, k_tile, 0);
+    const bool diagonal = j == at.tile;
 #pragma unroll
-      for (int n = 0; n < kTile / 16; ++n)
+    for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
-        for (int e = 0; e < Acc::num_elements; ++e) {
-          const int r = fc.row(e), c = n * 16 + fc.col(e);
-          float p = exp2f(sc[n].x[e] * scale_log2 - lse_s[warp * 16 + r] * kLog2e);
-          if (diagonal && c > warp * 16 + r) p = 0.0f;  // only the diagonal tile has keys after queries
-          ds_warp[r * kLdP + c] = from_float<T>(p * (dp[n].x[e] - delta_s[warp * 16 + r]));
-        }
-    }
-    __syncwarp();
-    mul_ab_acc<T, D>(acc, ds_warp, k_tile);
+      for (int e = 0; e < 4; ++e) {
+        const int key = n * 8 + 2 * c + (e & 1), query = warp * 16 + g + (e >> 1) * 8;
+        float p = exp2f(sc[n][e] * scale_log2 - row_lse[e >> 1]);
+        if (diagonal && key > query) p = 0.0f;  // only the diagonal tile has keys after queries
+        sc[n][e] = p * (dp[n][e] - row_delta[e >> 1]);
+      }
+    unsigned ds[kTile / 16][4];
+    to_a<T>(ds, sc);
+    mul_ab_acc<T, D, kTile / 16>(acc, ds, k_tile, 0);
     __syncthreads();  // every warp is done with K_j
     if (j < at.tile) issue_tile<T, D>(k_tile, k_head, (j + 1) * kTile, s.t, kv_stride);
     cp_async_commit();
   }
   cp_async_wait<0>();
-  store_rows<T, D>(head_base(dq, s, at.batch, s.h, at.head), q_stride, q0 + warp * 16, s.t, acc, nullptr, scale,
-                   q_tile + warp * 16 * ld, fc);
+  const float one[2] = {1.0f, 1.0f};
+  store_rows<T, D>(head_base(dq, s, at.batch, s.h, at.head), q_stride, q0 + warp * 16, s.t, acc, one, scale,
+                   q_tile + warp * 16 * kLd<D>);
 }
-
 
 // D[b, h, t] = sum_i dO[b, t, h, i] O[b, t, h, i] in fp32: one warp per (b, t, h) row.
 template <class T>

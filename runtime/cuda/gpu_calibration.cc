@@ -19,14 +19,16 @@ namespace cu = kernels::cuda;
 
 namespace {
 
-// Median seconds of `reps` runs of f on the current stream, after one warm-up run.
-double time_median(int reps, const std::function<void()>& f) {
+// Median seconds of `reps` runs of f on the current stream, after one warm-up run; `before`, when
+// given, runs untimed ahead of each.
+double time_median(int reps, const std::function<void()>& f, const std::function<void()>& before = {}) {
   cudaEvent_t a = nullptr, b = nullptr;
   cu::check(cudaEventCreate(&a), "event");
   cu::check(cudaEventCreate(&b), "event");
   f();
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
+    if (before) before();
     cu::check(cudaEventRecord(a, cu::stream()), "event");
     f();
     cu::check(cudaEventRecord(b, cu::stream()), "event");
@@ -162,25 +164,38 @@ double measure_optimizer(bool quick) {
 // The runtime's fused causal attention, forward and backward apart, over 16,384 tokens (b = 16,384
 // / t sequences of t) with h d = 2,048, FLOPs in the FlashAttention benchmarks' causal convention
 // (forward 2 b t^2 h d, backward 2.5 x that): the curves the simulator reads (ClusterSpec's
-// AttentionCurve), as kernel "parallax".
+// AttentionCurve), as kernel "parallax". Each timed call follows two 8,192^3 GEMMs, as attention
+// follows the QKV GEMM in a step, so it runs at the clock the power limit holds under GEMM load
+// rather than at the boost clock of an idle GPU. The same calls alone are recorded beside
+// (fwd_alone_tflops, bwd_alone_tflops): on one H200 the two differed by -9% to +22% with no
+// consistent sign, as much as two machines' alone rates did (14-15% at 2k).
 nlohmann::json measure_attention_curve(int d, const std::vector<int>& seq_lens) {
   nlohmann::json curve = {{"kernel", "parallax"}, {"head_dim", d}, {"seq_len", nlohmann::json::array()},
-                          {"fwd_tflops", nlohmann::json::array()}, {"bwd_tflops", nlohmann::json::array()}};
+                          {"fwd_tflops", nlohmann::json::array()}, {"bwd_tflops", nlohmann::json::array()},
+                          {"fwd_alone_tflops", nlohmann::json::array()}, {"bwd_alone_tflops", nlohmann::json::array()}};
+  const int g = 8192;
+  DeviceArray<cu::bf16> ga = random_array<cu::bf16>(int64_t{g} * g, 13), gb = random_array<cu::bf16>(int64_t{g} * g, 14),
+                        gc(int64_t{g} * g);
+  const auto gemm_load = [&] {
+    for (int i = 0; i < 2; ++i) cu::matmul_forward<cu::bf16>(gc.data(), ga.data(), gb.data(), nullptr, g, g, g);
+  };
   for (int t : seq_lens) {
     const kernels::AttentionShape s{std::max(1, 16384 / t), t, 2048 / d, 2048 / d, d};
     const int64_t n = int64_t{s.b} * s.t * s.h * s.d;
     DeviceArray<cu::bf16> q = random_array<cu::bf16>(n, 7), k = random_array<cu::bf16>(n, 8), v = random_array<cu::bf16>(n, 9),
                           o(n), dout = random_array<cu::bf16>(n, 10), dq(n), dk(n), dv(n);
     DeviceArray<float> lse(int64_t{s.b} * s.h * s.t);
-    const double fwd = time_median(5, [&] { cu::flash_attention_forward<cu::bf16>(o.data(), lse.data(), q.data(), k.data(), v.data(), s); });
-    const double bwd = time_median(5, [&] {
+    const auto fwd = [&] { cu::flash_attention_forward<cu::bf16>(o.data(), lse.data(), q.data(), k.data(), v.data(), s); };
+    const auto bwd = [&] {
       cu::flash_attention_backward<cu::bf16>(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
                                              o.data(), lse.data(), s);
-    });
+    };
     const double flops = 2.0 * s.b * double(s.t) * s.t * s.h * s.d;
     curve["seq_len"].push_back(t);
-    curve["fwd_tflops"].push_back(flops / fwd / 1e12);
-    curve["bwd_tflops"].push_back(2.5 * flops / bwd / 1e12);
+    curve["fwd_tflops"].push_back(flops / time_median(7, fwd, gemm_load) / 1e12);
+    curve["bwd_tflops"].push_back(2.5 * flops / time_median(7, bwd, gemm_load) / 1e12);
+    curve["fwd_alone_tflops"].push_back(flops / time_median(5, fwd) / 1e12);
+    curve["bwd_alone_tflops"].push_back(2.5 * flops / time_median(5, bwd) / 1e12);
   }
   return curve;
 }
