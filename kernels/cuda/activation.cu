@@ -45,12 +45,12 @@ __global__ void gelu_forward_kernel(T* __restrict__ out, const T* __restrict__ i
 
 template <class T, int V>
 __global__ void gelu_backward_kernel(T* __restrict__ dinp, const T* __restrict__ inp, const T* __restrict__ dout,
-                                     long n) {
+                                     long n, bool accumulate) {
   for (long i = thread_index() * V; i < n; i += grid_threads() * V) {
-    float x[V], dy[V], dx[V];
+    float x[V], dy[V], dx[V] = {};
     load<V>(x, inp + i);
     load<V>(dy, dout + i);
-    load<V>(dx, dinp + i);
+    if (accumulate) load<V>(dx, dinp + i);
 #pragma unroll
     for (int k = 0; k < V; ++k) dx[k] += dy[k] * gelu_derivative(x[k]);
     store<V>(dinp + i, dx);
@@ -74,15 +74,17 @@ __global__ void swiglu_forward_kernel(T* __restrict__ out, const T* __restrict__
 
 template <class T, int V>
 __global__ void swiglu_backward_kernel(T* __restrict__ dinp, const T* __restrict__ inp, const T* __restrict__ dout,
-                                       long n, int f) {
+                                       long n, int f, bool accumulate) {
   for (long i = thread_index() * V; i < n; i += grid_threads() * V) {
     const long offset = (i / f) * 2 * f + i % f;
-    float g[V], u[V], dy[V], dg[V], du[V];
+    float g[V], u[V], dy[V], dg[V] = {}, du[V] = {};
     load<V>(g, inp + offset);
     load<V>(u, inp + offset + f);
     load<V>(dy, dout + i);
-    load<V>(dg, dinp + offset);
-    load<V>(du, dinp + offset + f);
+    if (accumulate) {
+      load<V>(dg, dinp + offset);
+      load<V>(du, dinp + offset + f);
+    }
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const float s = sigmoid(g[k]);
@@ -107,12 +109,13 @@ void gelu_forward(T* out, const T* inp, long n) {
 }
 
 template <class T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, long n) {
+void gelu_backward(T* dinp, const T* inp, const T* dout, long n, bool accumulate) {
   if (n <= 0) return;
   if (detail::packable<T>({dinp, inp, dout}, {n}))
-    gelu_backward_kernel<T, kPack<T>><<<grid_for(n / kPack<T>), detail::kBlock, 0, stream()>>>(dinp, inp, dout, n);
+    gelu_backward_kernel<T, kPack<T>>
+        <<<grid_for(n / kPack<T>), detail::kBlock, 0, stream()>>>(dinp, inp, dout, n, accumulate);
   else
-    gelu_backward_kernel<T, 1><<<grid_for(n), detail::kBlock, 0, stream()>>>(dinp, inp, dout, n);
+    gelu_backward_kernel<T, 1><<<grid_for(n), detail::kBlock, 0, stream()>>>(dinp, inp, dout, n, accumulate);
   check_launch("gelu_backward");
 }
 
@@ -128,22 +131,22 @@ void swiglu_forward(T* out, const T* inp, int n, int f) {
 }
 
 template <class T>
-void swiglu_backward(T* dinp, const T* inp, const T* dout, int n, int f) {
+void swiglu_backward(T* dinp, const T* inp, const T* dout, int n, int f, bool accumulate) {
   const long total = static_cast<long>(n) * f;
   if (total <= 0) return;
   if (detail::packable<T>({dinp, inp, dout}, {f}))
     swiglu_backward_kernel<T, kPack<T>>
-        <<<grid_for(total / kPack<T>), detail::kBlock, 0, stream()>>>(dinp, inp, dout, total, f);
+        <<<grid_for(total / kPack<T>), detail::kBlock, 0, stream()>>>(dinp, inp, dout, total, f, accumulate);
   else
-    swiglu_backward_kernel<T, 1><<<grid_for(total), detail::kBlock, 0, stream()>>>(dinp, inp, dout, total, f);
+    swiglu_backward_kernel<T, 1><<<grid_for(total), detail::kBlock, 0, stream()>>>(dinp, inp, dout, total, f, accumulate);
   check_launch("swiglu_backward");
 }
 
 #define PARALLAX_INSTANTIATE(T)                                 \
   template void gelu_forward<T>(T*, const T*, long);            \
-  template void gelu_backward<T>(T*, const T*, const T*, long); \
-  template void swiglu_forward<T>(T*, const T*, int, int);      \
-  template void swiglu_backward<T>(T*, const T*, const T*, int, int);
+  template void gelu_backward<T>(T*, const T*, const T*, long, bool); \
+  template void swiglu_forward<T>(T*, const T*, int, int);            \
+  template void swiglu_backward<T>(T*, const T*, const T*, int, int, bool);
 PARALLAX_INSTANTIATE(float)
 PARALLAX_INSTANTIATE(bf16)
 PARALLAX_INSTANTIATE(fp16)

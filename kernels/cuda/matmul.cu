@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #include "kernels/cuda/elementwise.h"
 
@@ -22,8 +23,9 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's recommendati
 
 // The heuristic's choice per GEMM shape, types and operand alignment, so the step loop asks
 // cuBLASLt once per shape. Alignment is part of the key: an algorithm chosen for 256-byte-aligned
-// operands may refuse (or fault on) a pointer into the middle of a buffer.
-using AlgoKey = std::tuple<bool, bool, int, int, int, int, int, int, int, int, uint32_t, uint32_t, uint32_t>;
+// operands may refuse (or fault on) a pointer into the middle of a buffer. The last field says
+// whether the bias epilogue is on: not every algorithm has one.
+using AlgoKey = std::tuple<bool, bool, int, int, int, int, int, int, int, int, uint32_t, uint32_t, uint32_t, bool>;
 
 // One handle and workspace serve the process: every GEMM runs on the current stream of the one
 // device a rank owns (communication streams run no GEMMs), so the workspace is never shared by
@@ -60,9 +62,10 @@ cudaDataType_t dtype<bf16>() { return CUDA_R_16BF; }
 template <>
 cudaDataType_t dtype<fp16>() { return CUDA_R_16F; }
 
-// One column-major GEMM D = alpha op(A) op(B) + beta D with D (m x n): A and B of type `ab`,
-// D of type `cd`, fp32 accumulation and scale (cuBLASLt's CUBLAS_COMPUTE_32F never uses TF32;
-// that takes CUBLAS_COMPUTE_32F_FAST_TF32).
+// One column-major GEMM D = alpha op(A) op(B) + beta D (+ bias[row], m values of D's type, added
+// in fp32 by the epilogue before D is rounded) with D (m x n): A and B of type `ab`, D of type
+// `cd`, fp32 accumulation and scale (cuBLASLt's CUBLAS_COMPUTE_32F never uses TF32; that takes
+// CUBLAS_COMPUTE_32F_FAST_TF32).
 struct Gemm {
   bool trans_a, trans_b;
   int m, n, k;
@@ -73,6 +76,7 @@ struct Gemm {
   void* d;
   int ldd;
   float beta;
+  const void* bias = nullptr;
 };
 
 // The largest power of two, up to 256, that divides the address.
@@ -121,13 +125,20 @@ void run(const Gemm& g, cudaDataType_t ab, cudaDataType_t cd) {
   const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   check_blas(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transpose A");
   check_blas(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transpose B");
+  if (g.bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    check_blas(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+               "bias epilogue");
+    check_blas(cublasLtMatmulDescSetAttribute(desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)),
+               "bias pointer");
+  }
   Owned<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> la, lb, ld;
   check_blas(cublasLtMatrixLayoutCreate(&la.h, ab, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda), "layout A");
   check_blas(cublasLtMatrixLayoutCreate(&lb.h, ab, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb), "layout B");
   check_blas(cublasLtMatrixLayoutCreate(&ld.h, cd, g.m, g.n, g.ldd), "layout D");
   const uint32_t align[3] = {alignment_bytes(g.a), alignment_bytes(g.b), alignment_bytes(g.d)};
   const AlgoKey key{g.trans_a, g.trans_b, g.m,  g.n, g.k, g.lda, g.ldb, g.ldd, static_cast<int>(ab), static_cast<int>(cd),
-                    align[0],  align[1],  align[2]};
+                    align[0],  align[1],  align[2],  g.bias != nullptr};
   auto it = s.algos.find(key);
   if (it == s.algos.end()) it = s.algos.emplace(key, choose_algo(s, g, desc.h, la.h, lb.h, ld.h, align)).first;
   const float alpha = 1.0f;
@@ -141,8 +152,12 @@ void run(const Gemm& g, cudaDataType_t ab, cudaDataType_t cd) {
 template <class T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int n, int c, int oc) {
   // out^T (OC x N) = W (OC x C) x^T (C x N); W row-major OC x C is column-major C x OC, so op(A) = A^T.
-  run({true, false, oc, n, c, weight, c, inp, c, out, oc, 0.0f}, dtype<T>(), dtype<T>());
-  if (bias) add_bias(out, bias, n, oc);
+  // The bias rides in the GEMM's epilogue (one pass over out fewer) for 16-bit storage where its
+  // address is 16-byte aligned, as cuBLASLt's vectorized epilogues read it; elsewhere (fp32, the
+  // reference precision) a separate kernel adds it.
+  const bool fused = bias && !std::is_same_v<T, float> && alignment_bytes(bias) >= 16;
+  run({true, false, oc, n, c, weight, c, inp, c, out, oc, 0.0f, fused ? bias : nullptr}, dtype<T>(), dtype<T>());
+  if (bias && !fused) add_bias(out, bias, n, oc);
 }
 
 template <class T>

@@ -109,12 +109,14 @@ void GpuModel<T>::layer_forward(const Layer& L, Cache& c, T* x, int b, int s, De
     cu::rope_forward(c.k.data(), b, s, kv_heads, hd, base);
   }
   cu::flash_attention_forward(c.o.data(), c.lse.data(), c.q.data(), c.k.data(), c.v.data(), {b, s, heads, kv_heads, hd});
-  cu::matmul_forward(y.data(), c.o.data(), w(L.proj_w), static_cast<const T*>(nullptr), n, ql, h);
+  // One TP rank reduces nothing, so a row-parallel GEMM's bias can ride in its epilogue.
+  const T* proj_bias = o_.tp == 1 && L.proj_b >= 0 ? w(L.proj_b) : nullptr;
+  cu::matmul_forward(y.data(), c.o.data(), w(L.proj_w), proj_bias, n, ql, h);
   DeviceArray<T> y_scattered(sp ? local : 0);
   T* y_local = sp ? y_scattered.data() : y.data();
   reduce_tokens(y_local, y.data(), n, tp);
   cu::set_stream(stream_);
-  if (L.proj_b >= 0) cu::add_bias(y_local, w(L.proj_b), nl, h);
+  if (L.proj_b >= 0 && !proj_bias) cu::add_bias(y_local, w(L.proj_b), nl, h);
   cu::add(x, x, y_local, local);
   c.x1 = DeviceArray<T>(local), c.a2 = DeviceArray<T>(local), c.n2a = DeviceArray<float>(nl), c.n2b = DeviceArray<float>(nl);
   copy(c.x1.data(), x, local, stream_);
@@ -126,10 +128,11 @@ void GpuModel<T>::layer_forward(const Layer& L, Cache& c, T* x, int b, int s, De
   cu::matmul_forward(c.u.data(), a_full, w(L.fc1_w), L.fc1_b >= 0 ? w(L.fc1_b) : nullptr, n, h, f1);
   if (m_.mlp == Mlp::kSwiGlu) cu::swiglu_forward(c.g.data(), c.u.data(), n, fl);
   else cu::gelu_forward(c.g.data(), c.u.data(), static_cast<long>(c.u.size()));
-  cu::matmul_forward(y.data(), c.g.data(), w(L.fc2_w), static_cast<const T*>(nullptr), n, fl, h);
+  const T* fc2_bias = o_.tp == 1 && L.fc2_b >= 0 ? w(L.fc2_b) : nullptr;
+  cu::matmul_forward(y.data(), c.g.data(), w(L.fc2_w), fc2_bias, n, fl, h);
   reduce_tokens(y_local, y.data(), n, tp);
   cu::set_stream(stream_);
-  if (L.fc2_b >= 0) cu::add_bias(y_local, w(L.fc2_b), nl, h);
+  if (L.fc2_b >= 0 && !fc2_bias) cu::add_bias(y_local, w(L.fc2_b), nl, h);
   cu::add(x, x, y_local, local);
 }
 
@@ -147,9 +150,8 @@ void GpuModel<T>::mlp_backward(const Layer& L, Cache& c, T* dx, int b, int s, De
   const T* dy = sp ? dy_full.data() : dx;
   gather_tokens(dy_full.data(), dx, n, tp);
   linear_backward(dg.data(), L.fc2_w, L.fc2_b, dy, c.g.data(), n, fl, h, later);
-  cu::check(cudaMemsetAsync(du.data(), 0, du.size() * sizeof(T), stream_), "zero du");
-  if (m_.mlp == Mlp::kSwiGlu) cu::swiglu_backward(du.data(), c.u.data(), dg.data(), n, fl);
-  else cu::gelu_backward(du.data(), c.u.data(), dg.data(), static_cast<long>(du.size()));
+  if (m_.mlp == Mlp::kSwiGlu) cu::swiglu_backward(du.data(), c.u.data(), dg.data(), n, fl, /*accumulate=*/false);
+  else cu::gelu_backward(du.data(), c.u.data(), dg.data(), static_cast<long>(du.size()), /*accumulate=*/false);
   const T* a_full = sp ? a_gathered.data() : c.a2.data();
   gather_tokens(a_gathered.data(), c.a2.data(), n, tp);  // SP kept only this rank's tokens
   linear_backward(da.data(), L.fc1_w, L.fc1_b, du.data(), a_full, n, h, f1, later);

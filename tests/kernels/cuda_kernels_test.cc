@@ -98,7 +98,7 @@ TYPED_TEST(CudaLayerKernelTest, RmsNormForwardAndBackward) {
 // --- activations -------------------------------------------------------------------------------------
 
 // Pointwise formulas with a transcendental: "terms" 16 stands for the dozen roundings and the
-// 2-ulp tanhf/expf. Backward passes accumulate into a nonzero dinp.
+// 2-ulp tanhf/expf. Backward passes accumulate into a nonzero dinp, or overwrite a NaN one.
 TYPED_TEST(CudaLayerKernelTest, GeluForwardAndBackward) {
   if (!parallax::kernels::cuda::device_available()) GTEST_SKIP() << "no CUDA device";
   using T = TypeParam;
@@ -112,6 +112,12 @@ TYPED_TEST(CudaLayerKernelTest, GeluForwardAndBackward) {
     cuda::gelu_backward(dinp_dev.get(), x_dev.get(), dout_dev.get(), n);
     expect_close("gelu", download_f32(y_dev), y, rtol<T>(16));
     expect_close("gelu dinp", download_f32(dinp_dev), dinp, rtol<T>(16));
+    // accumulate = false overwrites: the NaN left in dinp must not show.
+    Vec fresh(n, 0.0f);
+    gelu_backward(fresh.data(), x.data(), dout.data(), n);
+    cuda::check(cudaMemset(dinp_dev.get(), 0xff, n * sizeof(T)), "cudaMemset");
+    cuda::gelu_backward(dinp_dev.get(), x_dev.get(), dout_dev.get(), n, /*accumulate=*/false);
+    expect_close("gelu dinp (overwrite)", download_f32(dinp_dev), fresh, rtol<T>(16));
   }
 }
 
@@ -131,6 +137,11 @@ TYPED_TEST(CudaLayerKernelTest, SwigluForwardAndBackward) {
     cuda::swiglu_backward(dinp_dev.get(), x_dev.get(), dout_dev.get(), n, f);
     expect_close("swiglu", download_f32(y_dev), y, rtol<T>(16));
     expect_close("swiglu dinp", download_f32(dinp_dev), dinp, rtol<T>(16));
+    Vec fresh(2L * n * f, 0.0f);
+    swiglu_backward(fresh.data(), x.data(), dout.data(), n, f);
+    cuda::check(cudaMemset(dinp_dev.get(), 0xff, 2L * n * f * sizeof(T)), "cudaMemset");
+    cuda::swiglu_backward(dinp_dev.get(), x_dev.get(), dout_dev.get(), n, f, /*accumulate=*/false);
+    expect_close("swiglu dinp (overwrite)", download_f32(dinp_dev), fresh, rtol<T>(16));
   }
 }
 

@@ -4,6 +4,7 @@
 // sum_into against double sums.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -34,6 +35,12 @@ TYPED_TEST(CudaMatmulTest, ForwardAndBackwardMatchCpu) {
   matmul_forward(y.data(), x.data(), w.data(), b.data(), n, c, oc);
   cuda::matmul_forward<T>(y_dev.get(), x_dev.get(), w_dev.get(), b_dev.get(), n, c, oc);
   expect_close("y", download_f32(y_dev), y, rtol<T>(c));
+  // A bias that is not 16-byte aligned is added by its own kernel instead of the GEMM's epilogue.
+  Vec b_shifted(oc + 1, 0.0f);
+  std::copy(b.begin(), b.end(), b_shifted.begin() + 1);
+  DeviceArray<T> b_shifted_dev(to_storage<T>(b_shifted));
+  cuda::matmul_forward<T>(y_dev.get(), x_dev.get(), w_dev.get(), b_shifted_dev.get() + 1, n, c, oc);
+  expect_close("y, unaligned bias", download_f32(y_dev), y, rtol<T>(c));
   // Backward twice into the same buffers: the second call must accumulate (dinp on request).
   const Vec dinp0 = rounded<T>(random_normal<float>(n * c, 5));
   Vec dinp = dinp0, dw(static_cast<size_t>(oc) * c, 0.0f), db(oc, 0.0f);
