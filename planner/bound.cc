@@ -9,6 +9,8 @@
 //  - a transfer is a task of duration hop after its producer (overlap_p2p), or folded into the end
 //    of the producer's task (blocking pairs); either way its consumer starts >= producer's compute
 //    end + hop;
+//  - a pass lasts at least its duration beside an opposite pass (execution.moe_a2a_overlap), which
+//    a stage's first and last passes never run beside;
 //  - every schedule (program/schedule.h) starts each stage with F of micro-batch 0 on chunk 0,
 //    ends its passes with the backward of one micro-batch mu on chunk 0 — the same mu on every
 //    stage (1F1B, ZB-H1, interleaved: m - 1; GPipe: 0) — followed only by ZB-H1's held-back
@@ -69,11 +71,20 @@ StagePasses stage_passes(const OpCosts& costs, const Plan& p, int64_t s, double 
     const double b = costs.duration_s(op, s);
     op.pass = OpKind::kWeight;
     const double w = split ? costs.duration_s(op, s) : 0.0;
-    if (k == 0) out.f0 = f, out.b0 = b, out.w0 = w;
+    if (k == 0) out.f0 = f, out.b0 = b, out.w0 = w;  // a stage's first and last passes run alone
+    // With the all-to-alls overlapped, any other pass may run beside an opposite one, shorter.
+    double fb = f + b;
+    if (p.execution.moe_a2a_overlap && p.ep > 1) {
+      op.exchange_overlapped = true;
+      op.pass = OpKind::kForward;
+      fb = costs.duration_s(op, s);
+      op.pass = OpKind::kBackward;
+      fb += costs.duration_s(op, s);
+    }
     const int64_t vs = virtual_stage(s, k, p.pp);
     const double sends = d((vs < last_vs ? 1 : 0) + (vs > 0 ? 1 : 0));  // F sends on, B sends back
-    out.compute += m * (f + b + w);
-    out.work += m * (f + b + w + sends * fold_s);
+    out.compute += m * (fb + w);
+    out.work += m * (fb + w + sends * fold_s);
   }
   return out;
 }

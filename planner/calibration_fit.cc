@@ -153,6 +153,7 @@ bool touches(const Slot& s, const MeasuredRun& r) {
     case CalParam::kFp8Gemm: return r.plan.precision == Precision::kFp8;
     case CalParam::kGroupedGemm: return r.model.is_moe();
     case CalParam::kTpOverlapExposed: return r.plan.execution.tp_comm_overlap && r.plan.tp > 1;
+    case CalParam::kEpOverlapExposed: return r.plan.execution.moe_a2a_overlap && r.plan.ep > 1;
     case CalParam::kChunkPassOverhead: return true;
     case CalParam::kCollectiveEfficiency: return r.plan.gpus() > 1;
   }
@@ -204,6 +205,30 @@ struct Objective {
   }
 };
 
+// `start` without what the runs in hand cannot have taught it: a parameter no used run moves goes
+// back to neutral, and a class or family none measured is dropped (it then reads "*", the mean of
+// the fitted ones). A leave-one-source-out fit starts from the fit on every run, so without this
+// a parameter only the held-out source informs would carry that source's value into its own
+// prediction.
+Calibration without_unfitted(Calibration cal, const std::vector<Slot>& slots) {
+  for (const CalParamDef& d : calibration_params()) {
+    const bool keyed = d.id == CalParam::kSustainedTensor || d.id == CalParam::kLayerGap;
+    if (!keyed) {
+      bool fitted = false;
+      for (const Slot& s : slots) fitted = fitted || s.def->id == d.id;
+      if (!fitted) cal.set(d.id, d.neutral);
+      continue;
+    }
+    std::map<std::string, double>& values = d.id == CalParam::kLayerGap ? cal.layer_gap_us : cal.sustained_tensor;
+    for (auto it = values.begin(); it != values.end();) {
+      bool fitted = false;
+      for (const Slot& s : slots) fitted = fitted || (s.def->id == d.id && s.power_class == it->first);
+      it = fitted ? std::next(it) : values.erase(it);
+    }
+  }
+  return cal;
+}
+
 // The keyed parameters' "*" (a class or family no run measured) is the mean of the fitted keys.
 Calibration with_values(Calibration cal, const std::vector<Slot>& slots, const Eigen::VectorXd& u) {
   std::map<CalParam, std::pair<double, int>> keyed;
@@ -222,21 +247,13 @@ std::vector<double> predict_runs(const std::vector<MeasuredRun>& runs, const Cal
   return predict_some(runs, cal, {}, std::vector<double>(runs.size(), std::nan("")));
 }
 
-FitResult fit_calibration(const std::vector<MeasuredRun>& runs, const FitOptions& o, const Calibration& start) {
-  std::vector<bool> use = o.use.empty() ? std::vector<bool>(runs.size(), true) : o.use;
-  std::vector<double> pred = predict_some(runs, start, use, std::vector<double>(runs.size(), std::nan("")));
-  for (size_t i = 0; i < runs.size(); ++i) use[i] = use[i] && std::isfinite(pred[i]);
-  const std::vector<Slot> slots = slots_for(runs, use, o.fixed);
-  std::map<std::string, int> per_source;
-  for (size_t i = 0; i < runs.size(); ++i)
-    if (use[i]) ++per_source[runs[i].source];
-  Objective obj{runs, use, slots, std::vector<double>(runs.size(), 0.0), o.prior_pull};
-  for (size_t i = 0; i < runs.size(); ++i)
-    if (use[i]) obj.weight[i] = std::pow(static_cast<double>(per_source[runs[i].source]), -0.25);
+namespace {
 
+// Levenberg-Marquardt on the unit-scaled parameters from u (clamped to the prior ranges).
+FitResult levenberg_marquardt(const std::vector<MeasuredRun>& runs, const FitOptions& o, const Calibration& start,
+                              const std::vector<bool>& use, const std::vector<Slot>& slots, const Objective& obj,
+                              Eigen::VectorXd u, std::vector<double> pred) {
   const Eigen::Index p = static_cast<Eigen::Index>(slots.size());
-  Eigen::VectorXd u(p);
-  for (Eigen::Index j = 0; j < p; ++j) u[j] = slots[j].to_unit(slots[j].value(start));
   Calibration cal = with_values(start, slots, u);
   pred = predict_some(runs, cal, use, pred);
   Eigen::VectorXd r = obj.residuals(pred, u);
@@ -281,6 +298,36 @@ FitResult fit_calibration(const std::vector<MeasuredRun>& runs, const FitOptions
   return out;
 }
 
+}  // namespace
+
+FitResult fit_calibration(const std::vector<MeasuredRun>& runs, const FitOptions& o, const Calibration& given) {
+  std::vector<bool> use = o.use.empty() ? std::vector<bool>(runs.size(), true) : o.use;
+  std::vector<double> pred = predict_some(runs, given, use, std::vector<double>(runs.size(), std::nan("")));
+  for (size_t i = 0; i < runs.size(); ++i) use[i] = use[i] && std::isfinite(pred[i]);
+  const std::vector<Slot> slots = slots_for(runs, use, o.fixed);
+  const Calibration start = without_unfitted(given, slots);
+  std::map<std::string, int> per_source;
+  for (size_t i = 0; i < runs.size(); ++i)
+    if (use[i]) ++per_source[runs[i].source];
+  Objective obj{runs, use, slots, std::vector<double>(runs.size(), 0.0), o.prior_pull};
+  for (size_t i = 0; i < runs.size(); ++i)
+    if (use[i]) obj.weight[i] = std::pow(static_cast<double>(per_source[runs[i].source]), -0.25);
+
+  const Eigen::Index p = static_cast<Eigen::Index>(slots.size());
+  Eigen::VectorXd u(p);
+  for (Eigen::Index j = 0; j < p; ++j) u[j] = slots[j].to_unit(slots[j].value(start));
+  FitResult best = levenberg_marquardt(runs, o, start, use, slots, obj, u, pred);
+  // The cost has more than one basin (sustained rates, per-layer gaps and per-pass overheads trade
+  // against each other), so a fit from the neutral point also starts from the middle of every
+  // prior range, and keeps the lower cost. Both starts are fixed: the fit stays reproducible.
+  if (o.middle_start && p > 0) {
+    if (o.log) o.log("  from the middle of the prior ranges");
+    FitResult other = levenberg_marquardt(runs, o, start, use, slots, obj, Eigen::VectorXd::Constant(p, 0.5), pred);
+    if (other.cost < best.cost) best = std::move(other);
+  }
+  return best;
+}
+
 std::vector<PredictionBand> prediction_bands(const std::vector<double>& log_residuals,
                                              const std::vector<std::string>& run_classes) {
   std::map<std::string, std::vector<double>> by;
@@ -315,6 +362,7 @@ CrossValidation cross_validate(const std::vector<MeasuredRun>& runs, const FitOp
   for (const std::string& s : sources) {
     FitOptions fo = o;
     fo.max_iterations = std::min(o.max_iterations, 8);  // from the fit on all runs, a few steps away
+    fo.middle_start = false;
     fo.use.assign(n, false);
     std::vector<bool> held(n, false);
     for (size_t i = 0; i < n; ++i) (runs[i].source == s ? held : fo.use)[i] = true;

@@ -46,6 +46,9 @@ struct FitOptions {
   // Per unit of a parameter's prior range, toward its neutral value: 0.01 costs as much as a 1%
   // error on every run of one source, so evidence decides and a parameter no run moves stays put.
   double prior_pull = 0.01;
+  // Also fit from the middle of every prior range and keep the lower cost (the cost has more than
+  // one basin); off for fits warm-started from a nearby optimum.
+  bool middle_start = true;
   std::function<void(const std::string&)> log;  // progress lines, or none
 };
 struct FitResult {

@@ -104,6 +104,7 @@ void moe_arguments(const ModelSpec& m, const Plan& p, Args& arg) {
     arg("--moe-token-dispatcher-type", "alltoall");
   }
   arg.flag("--moe-grouped-gemm");                  // the experts as one grouped GEMM, as priced
+  if (p.execution.moe_a2a_overlap && p.ep > 1) arg.flag("--overlap-moe-expert-parallel-comm");
   // Softmax: Megatron's default (softmax of the top-k logits) is Hugging Face's norm_topk_prob;
   // without it the softmax runs over all experts before the top-k (Qwen-MoE, DeepSeek-V2).
   if (r.router_score == "sigmoid") arg("--moe-router-score-function", "sigmoid");
@@ -189,6 +190,10 @@ std::string plan_refusal(const ModelSpec& m, const Plan& p) {
     return "fp8_recipe rowwise has no Megatron-LM recipe (--fp8-recipe delayed|tensorwise|mxfp8|blockwise)";
   if ((p.schedule == Schedule::kGpipe || p.schedule == Schedule::kZbH1) && p.pp > 1)
     return std::string("schedule ") + schedule_name(p.schedule) + " is not in Megatron-LM (it runs 1f1b or interleaved)";
+  if (p.execution.moe_a2a_overlap && p.ep > 1 && p.pp > 1 && p.schedule != Schedule::kInterleaved)
+    return "moe_a2a_overlap with pp > 1 needs the interleaved schedule (Megatron-Core's TransformerConfig)";
+  if (p.execution.moe_a2a_overlap && p.ep > 1 && p.recompute == Recompute::kFull)
+    return "moe_a2a_overlap runs without full recompute (Megatron-Core's TransformerConfig)";
   return "";
 }
 

@@ -93,9 +93,9 @@ class Lowerer {
   // An op's duration; a collective's is remembered, for a stage issues runs of equal ones (its
   // gradient buckets and weight gathers).
   double duration_s(const ProgramOp& op, int64_t s) {
-    if (op.type == ProgramOpType::kCompute) {  // OpCosts prices a pass by (stage, pass, chunk)
-      if (compute_stage_ != s) compute_stage_ = s, compute_s_.assign(static_cast<size_t>(3 * p_.virtual_stages), -1.0);
-      double& d = compute_s_[static_cast<size_t>(op.chunk * 3 + static_cast<int>(op.pass))];
+    if (op.type == ProgramOpType::kCompute) {  // OpCosts prices a pass by (stage, pass, chunk, overlap)
+      if (compute_stage_ != s) compute_stage_ = s, compute_s_.assign(static_cast<size_t>(6 * p_.virtual_stages), -1.0);
+      double& d = compute_s_[static_cast<size_t>((op.chunk * 3 + static_cast<int>(op.pass)) * 2 + op.exchange_overlapped)];
       if (d < 0) d = costs_.duration_s(op, s);
       return d;
     }
@@ -149,7 +149,7 @@ class Lowerer {
   LoweredStep out_;
   std::vector<std::array<StreamId, 5>> streams_;  // per stage, by StreamKind
   int64_t compute_stage_ = -1;     // duration_s's compute passes of this stage, by (chunk, pass)
-  std::vector<double> compute_s_;
+  std::vector<double> compute_s_;  // by (chunk, pass, exchange_overlapped)
   ProgramOp memo_;  // duration_s's last collective, its stage and duration
   int64_t memo_stage_ = -1;
   double memo_s_ = 0;

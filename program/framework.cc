@@ -122,6 +122,11 @@ std::string megatron_refusal(const std::string& name, const Plan& p, const Model
   if (p.pp > 1 && p.schedule != Schedule::k1F1B && p.schedule != Schedule::kInterleaved)
     return name + " pipelines run 1f1b or interleaved, not " + schedule_name(p.schedule);
   if (p.offload && p.zero != 1) return name + " offloads the optimizer only with the distributed optimizer (zero 1)";
+  // Megatron-Core's TransformerConfig asserts these for --overlap-moe-expert-parallel-comm.
+  if (p.execution.moe_a2a_overlap && p.ep > 1 && p.pp > 1 && p.schedule != Schedule::kInterleaved)
+    return name + "'s expert all-to-all overlap needs the interleaved schedule when pp > 1";
+  if (p.execution.moe_a2a_overlap && p.ep > 1 && p.recompute == Recompute::kFull)
+    return name + "'s expert all-to-all overlap runs without full recompute";
   if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
     return name + "'s selective recompute re-runs the attention core only";
   if (name == "megatron-2022" && (p.zero > 0 || p.offload || p.uneven() || p.hybrid_sharding() || p.cp > 1 || p.ep > 1 ||
@@ -182,6 +187,8 @@ std::string torchtitan_refusal(const Plan& p) {
 
 std::string framework_refusal(const std::string& framework, const Plan& p, const ModelSpec& m) {
   if (framework == "megatron" || framework == "nemo" || framework == "megatron-2022") return megatron_refusal(framework, p, m);
+  if (!framework.empty() && p.execution.moe_a2a_overlap && p.ep > 1)
+    return framework + " does not overlap one micro-batch's expert all-to-alls with another's compute (Megatron-Core does)";
   if (framework == "deepspeed") return deepspeed_refusal(p);
   if (framework == "fsdp") return fsdp_refusal(p);
   if (framework == "torchtitan") return torchtitan_refusal(p);

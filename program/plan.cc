@@ -294,7 +294,7 @@ nlohmann::json plan_to_json(const Plan& p) {
             {"step_overhead_us", e.step_overhead_us}, {"fp32_gradients", e.fp32_gradients},
             {"bf16_optimizer_states", e.bf16_optimizer_states}, {"cp_comm", cp_comm_name(e.cp_comm)},
             {"moe_imbalance", e.moe_imbalance}, {"moe_capacity_factor", e.moe_capacity_factor},
-            {"moe_dispatcher", moe_dispatcher_name(e.moe_dispatcher)},
+            {"moe_dispatcher", moe_dispatcher_name(e.moe_dispatcher)}, {"moe_a2a_overlap", e.moe_a2a_overlap},
             {"fp8_recipe", fp8_recipe_name(e.fp8_recipe)}, {"fp8_param_gather", e.fp8_param_gather}}}};
 }
 
@@ -348,6 +348,7 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   e.moe_capacity_factor = f.optional_number("moe_capacity_factor", true).value_or(e.moe_capacity_factor);
   if (f.has("moe_dispatcher"))
     e.moe_dispatcher = read_enum(f, "moe_dispatcher", parse_moe_dispatcher, "alltoall|deepep", e.moe_dispatcher);
+  e.moe_a2a_overlap = f.optional_bool("moe_a2a_overlap", e.moe_a2a_overlap);
   if (f.has("fp8_recipe")) e.fp8_recipe = read_enum(f, "fp8_recipe", parse_fp8_recipe, "delayed|current|rowwise", e.fp8_recipe);
   e.fp8_param_gather = f.optional_bool("fp8_param_gather", e.fp8_param_gather);
   if (f.ok() && (e.moe_imbalance < 1 || e.moe_imbalance > 1e3)) f.fail("moe_imbalance", "must be between 1 (balanced) and 1000");

@@ -76,6 +76,11 @@ struct Execution {
   double moe_imbalance = 1.0;
   double moe_capacity_factor = 0.0;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  // The expert all-to-alls of one micro-batch's pass run beside the compute of another's (Megatron's
+  // --overlap-moe-expert-parallel-comm, "1F1B A2A overlap"): each forward the schedule runs next to
+  // a backward of another micro-batch hides its dispatch and combine behind that backward's
+  // compute, and the backward likewise behind the forward's.
+  bool moe_a2a_overlap = false;
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
   // FP8 weights gathered in FP8 (Megatron --fp8-param-gather, torchtitan's float8 all-gather for
   // FSDP): ZeRO's weight all-gathers move 1 byte per matmul weight, and no 16-bit copy is kept.

@@ -57,6 +57,8 @@ Status check_runtime_support(const ModelSpec& m, const Plan& p) {
   if (p.hybrid_sharding()) return no("hybrid sharding (dp_shard " + std::to_string(p.dp_shard) + " < dp)");
   if (p.execution.overlap_param_gather) return no("execution.overlap_param_gather (it gathers weights after the optimizer)");
   if (p.execution.tp_comm_overlap && p.tp > 1) return no("execution.tp_comm_overlap (its TP collectives run after their GEMMs)");
+  if (p.execution.moe_a2a_overlap && p.ep > 1)
+    return no("execution.moe_a2a_overlap (its expert all-to-alls run inside their own pass)");
   return Status::Ok();
 }
 

@@ -107,6 +107,21 @@ int64_t send_target(const Plan& plan, OpKind pass, int64_t chunk, int64_t stage)
 
 namespace {
 
+// execution.moe_a2a_overlap: the passes whose expert all-to-alls hide behind a neighbour's
+// compute. Megatron's combined 1F1B runs a forward beside the backward next to it in the schedule
+// when the two belong to different (micro-batch, chunk)s (a backward cannot run beside its own
+// forward): adjacent forward/backward pairs, taken in schedule order, each pass in at most one.
+std::vector<bool> exchange_overlapped_passes(const std::vector<PipelineOp>& ops) {
+  std::vector<bool> paired(ops.size(), false);
+  for (size_t j = 0; j + 1 < ops.size(); ++j) {
+    const PipelineOp &a = ops[j], &b = ops[j + 1];
+    const bool opposite = (a.kind == OpKind::kForward && b.kind == OpKind::kBackward) ||
+                          (a.kind == OpKind::kBackward && b.kind == OpKind::kForward);
+    if (opposite && (a.micro_batch != b.micro_batch || a.chunk != b.chunk)) paired[j] = paired[j + 1] = true, ++j;
+  }
+  return paired;
+}
+
 // Builds one stage's ops (see step_program.h for the order).
 class StageBuilder {
  public:
@@ -146,8 +161,11 @@ class StageBuilder {
     // The tied embedding's all-reduce joins the first and the last stage, so it waits for each
     // stage's last pass (as Megatron's finalize_model_grads does): issued mid-pipeline it would
     // block a stage its partner still waits on. A chunk holding it reduces over DP after it.
+    const std::vector<bool> overlapped =
+        p_.execution.moe_a2a_overlap && p_.ep > 1 ? exchange_overlapped_passes(ops) : std::vector<bool>();
     for (size_t j = 0; j < ops.size(); ++j) {
       const int32_t c = add_pass(ops[j]);
+      if (!overlapped.empty()) out_.ops[static_cast<size_t>(c)].exchange_overlapped = overlapped[j];
       if (per_pass && releases_activations(ops[j].kind, p_.schedule)) add_shard_reduction(ops[j], c);
       if (!per_pass && p_.execution.overlap_grad_reduce && j == last_release[ops[j].chunk] && !ties_embedding(ops[j].chunk))
         add_chunk_gradients(ops[j].chunk, c);

@@ -91,6 +91,9 @@ struct ProgramOp {
   GroupKind group = GroupKind::kPp;
   StreamKind stream = StreamKind::kCompute;
   bool frees_activations = false;  // the last use of (mb, chunk)'s saved activations
+  // Compute (execution.moe_a2a_overlap): a forward or backward the schedule runs next to the
+  // opposite pass of another (micro-batch, chunk), whose compute hides its expert all-to-alls.
+  bool exchange_overlapped = false;
   int32_t micro_batch = -1, chunk = -1;
   int32_t bucket = -1;
   int32_t peer = -1;  // send/recv: the other pipeline stage

@@ -30,6 +30,7 @@ enum class CalParam {
   kGroupedGemm,
   kChunkPassOverhead,
   kTpOverlapExposed,
+  kEpOverlapExposed,
   kCollectiveEfficiency,
   kLayerGap,          // per framework family: one value per family
 };
@@ -58,7 +59,8 @@ struct Calibration {
   std::string name;    // "" = none (the physics-only model)
   std::string source;  // provenance: runs, date, fit
   std::map<std::string, double> sustained_tensor;  // power class -> fraction
-  double fp8_gemm = 1, grouped_gemm = 1, chunk_pass_overhead_us = 0, tp_overlap_exposed = 1, collective_efficiency = 1;
+  double fp8_gemm = 1, grouped_gemm = 1, chunk_pass_overhead_us = 0, tp_overlap_exposed = 1, ep_overlap_exposed = 1,
+         collective_efficiency = 1;
   std::map<std::string, double> layer_gap_us;  // framework family -> idle microseconds per layer pass
   std::vector<PredictionBand> bands;
   nlohmann::json provenance;  // per-run residuals and the fit's summary, as written

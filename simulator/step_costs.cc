@@ -177,6 +177,7 @@ void add_recompute(LayerTiming& t, const Plan& plan, const ForwardParts& f) {
     t.tp_comm_s += r * f.tp_s;
     t.tp_backward_input_s += r * f.tp_s;
     t.exchange_backward_s += r * t.exchange_forward_s;
+    t.ep_backward_s += r * t.ep_forward_s;
     // The forward's share of the bytes runs again: CP p2p 1 of 3 (K, V; then K, V, dK, dV), the
     // others and EP 1 of 2.
     t.cp_bytes *= 1.0 + r * (plan.execution.cp_comm == CpComm::kP2p ? 1.0 / 3.0 : 0.5);
@@ -203,6 +204,14 @@ double remote_nodes_per_token(const ModelSpec& m, int64_t nodes) {
   double none = 1;  // P0
   for (int64_t i = 0; i < m.experts_per_token; ++i) none *= std::max(0.0, e - per_node - d(i)) / (e - d(i));
   return d(nodes - 1) * (1 - none);
+}
+
+LayerTiming exchange_overlapped(const LayerTiming& t, bool split_weights, double exposed) {
+  LayerTiming o = t;
+  const double backward = t.backward_input_s + (split_weights ? 0.0 : t.backward_weight_s), hides = 1 - exposed;
+  o.forward_s -= hides * std::min(t.ep_forward_s, std::max(0.0, backward - t.ep_backward_s));
+  o.backward_input_s -= hides * std::min(t.ep_backward_s, std::max(0.0, t.forward_s - t.ep_forward_s));
+  return o;
 }
 
 double expert_load(const ModelSpec& m, const Plan& plan) {
@@ -261,6 +270,8 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   t.tp_forward_s = t.tp_backward_input_s = ar_pair_s;
   t.exchange_forward_s = x.cp_forward_s + x.ep_forward_s;
   t.exchange_backward_s = x.cp_backward_s + x.ep_backward_s;
+  t.ep_forward_s = x.ep_forward_s;
+  t.ep_backward_s = x.ep_backward_s;
   t.cp_bytes = x.cp_bytes;
   t.ep_bytes = x.ep_bytes;
   add_recompute(t, plan, {elementwise_s + fp8_fwd_s, gt.ops_recompute_s, core_s + scores_s, ar_pair_s,
@@ -335,6 +346,7 @@ OpCosts::OpCosts(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
     : m_(m), c_(c), p_(plan), layer_(layer_timing(m, c, plan)), edge_(edge_timing(m, c, plan)),
       p2p_(pipeline_transfer(m, c, plan)) {
   if (m.has_dense_layers()) dense_layer_ = layer_timing(dense_layer_model(m), c, plan);  // leading or interleaved
+  overlapped_layer_ = exchange_overlapped(layer_, splits_weight_gradients(plan.schedule), c.calibration.ep_overlap_exposed);
   for (int64_t s = 0; s < plan.pp; ++s) {
     for (int64_t k = 0; k < plan.virtual_stages; ++k) {
       layers_.push_back(d(plan.chunk_layers(m.layers, s, k).count));
@@ -351,7 +363,8 @@ OpCosts::OpCosts(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
 // The sum over a chunk's layers of `field` of their timing: its leading dense layers, the rest.
 double OpCosts::over_layers(const ProgramOp& op, int64_t stage, double LayerTiming::*field) const {
   const size_t k = static_cast<size_t>(stage * p_.virtual_stages + op.chunk);
-  return (layers_[k] - dense_[k]) * layer_.*field + (dense_[k] > 0 ? dense_[k] * dense_layer_.*field : 0.0);
+  const LayerTiming& own = op.exchange_overlapped ? overlapped_layer_ : layer_;  // dense layers exchange nothing
+  return (layers_[k] - dense_[k]) * own.*field + (dense_[k] > 0 ? dense_[k] * dense_layer_.*field : 0.0);
 }
 
 double OpCosts::chunk_fixed_s(const ProgramOp& op, int64_t stage) const {

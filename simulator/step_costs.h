@@ -28,8 +28,16 @@ struct LayerTiming {
   // CP's KV exchange (its part not hidden under the attention, or Ulysses' all-to-alls) and EP's
   // token all-to-alls, inside forward_s and backward_input_s; the bytes this GPU sends for them.
   double exchange_forward_s = 0, exchange_backward_s = 0;
+  double ep_forward_s = 0, ep_backward_s = 0;  // EP's part of the two above
   double cp_bytes = 0, ep_bytes = 0;
 };
+// The layer's timing in a pass that runs beside the opposite pass of another micro-batch
+// (execution.moe_a2a_overlap, ProgramOp::exchange_overlapped): the forward's EP all-to-alls hide
+// behind the backward's other work and the backward's behind the forward's, each as far as that
+// work lasts: forward_s - (1 - exposed) min(ep_f, B - ep_b), backward_input_s - (1 - exposed) min(ep_b, F - ep_f), where B is
+// the backward with its weight gradients unless `split_weights` (ZB-H1) moves them to W; of what
+// hides, the calibrated share `exposed` (ep_overlap_exposed) stays.
+LayerTiming exchange_overlapped(const LayerTiming& t, bool split_weights, double exposed);
 // Of an MoE layer; of a leading dense layer: layer_timing(dense_layer_model(m), ...).
 LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
 
@@ -99,6 +107,7 @@ class OpCosts {
   const ClusterSpec& c_;
   const Plan& p_;
   LayerTiming layer_, dense_layer_;  // an MoE model's own layers; its leading dense ones
+  LayerTiming overlapped_layer_;     // layer_ in a pass whose all-to-alls overlap (exchange_overlapped)
   EdgeTiming edge_;
   P2pCost p2p_;
   std::vector<double> layers_;  // per stage and chunk (stage x virtual_stages + chunk): its layers

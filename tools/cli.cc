@@ -114,6 +114,8 @@ void add_execution_flags(CLI::App& app, ExecutionFlags& f) {
   app.add_option("--fp8-recipe", f.fp8_recipe, "FP8 scaling: delayed (default) | current | rowwise");
   app.add_flag("--fp8-param-gather", f.fp8_param_gather, "FP8: weights kept and all-gathered in FP8");
   app.add_flag("--tp-comm-overlap", f.tp_comm_overlap, "TP collectives overlapped with GEMMs (userbuffers, async TP)");
+  app.add_flag("--moe-a2a-overlap", f.moe_a2a_overlap,
+               "MoE: a pass's expert all-to-alls beside another micro-batch's compute (Megatron's 1F1B A2A overlap)");
   app.add_option("--calibration", f.calibration,
                  "calibration NAME (calibrations/), PATH, or none (default: the one the cluster file names)");
 }
@@ -144,6 +146,7 @@ Execution execution_or_fail(const ExecutionFlags& f) {
   }
   if (f.fp8_param_gather) e.fp8_param_gather = true;
   if (f.tp_comm_overlap) e.tp_comm_overlap = true;
+  if (f.moe_a2a_overlap) e.moe_a2a_overlap = true;
   return e;
 }
 
@@ -153,7 +156,8 @@ std::string describe_execution(const Execution& e) {
          selective_name(e.selective) + (e.fp32_gradients ? ", fp32 gradients" : "") +
          (e.overlap_grad_reduce ? ", DP reduction overlapped" : "") +
          (e.recompute_fraction < 1 ? ", full recompute on " + std::to_string(std::lround(100 * e.recompute_fraction)) + "% of layers" : "") +
-         (e.moe_dispatcher == MoeDispatcher::kDeepEp ? ", DeepEP dispatch" : "");
+         (e.moe_dispatcher == MoeDispatcher::kDeepEp ? ", DeepEP dispatch" : "") +
+         (e.moe_a2a_overlap ? ", expert all-to-alls overlapped across micro-batches" : "");
 }
 
 std::string unpriced_line(const ModelSpec& m) {

@@ -69,7 +69,8 @@ void require_format(const std::string& format, const std::vector<std::string>& a
 // --compile (torch.compile: fused kernels), --overlap-grad-reduce, --fp32-gradients.
 struct ExecutionFlags {
   std::string framework, cp_comm, fp8_recipe;
-  bool compile = false, overlap_grad_reduce = false, fp32_gradients = false, fp8_param_gather = false, tp_comm_overlap = false;
+  bool compile = false, overlap_grad_reduce = false, fp32_gradients = false, fp8_param_gather = false, tp_comm_overlap = false,
+       moe_a2a_overlap = false;
   std::string calibration;  // --calibration: not an execution setting, but every pricing tool takes it
   double moe_imbalance = 0, moe_capacity_factor = -1;  // unset: the profile's
 };

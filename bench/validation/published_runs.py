@@ -99,6 +99,7 @@ def plan(r):
     # Token dropping at capacity 1.0, padded to capacity: every expert computes exactly the mean load.
     if 'moe_expert_capacity_factor=1.0' in notes: execution['moe_capacity_factor'] = 1.0
     if 'Dispatcher DeepEP' in notes: execution['moe_dispatcher'] = 'deepep'  # the model zoo's "Dispatcher" column
+    if '1f1b overlap' in notes: execution['moe_a2a_overlap'] = True  # --overlap-moe-expert-parallel-comm (A2A_OVERLAP=1)
     p = {'tp': r['tp'], 'pp': r['pp'], 'dp': r['dp'], 'cp': r.get('cp') or 1, 'ep': r.get('ep') or 1,
          'etp': r.get('etp') or 0, 'zero': zero,
          'micro_batch': r['micro_batch'], 'global_batch': r['global_batch'], 'seq_len': r['seq_len'],

@@ -11,6 +11,7 @@
 #include "planner/memory_model.h"
 #include "planner/search.h"
 #include "planner/simulation.h"
+#include "program/framework.h"
 #include "program/model_state.h"
 #include "program/runtime_support.h"
 #include "simulator/collective_cost.h"
@@ -222,6 +223,88 @@ TEST(StepCosts, DeepEpSendsATokenOncePerRemoteNode) {
   const double deepep = link.latency_s + std::max(4096.0 * 11 / 14 * 4096 * 2 / per_gpu_nic, routed * 7 / 8 / link.intra_busbw_Bps);
   EXPECT_NEAR(layer_timing(mixtral, c, p).exchange_forward_s, 2 * deepep, 1e-12);
   EXPECT_LT(2 * deepep, alltoall);
+}
+
+// Megatron's 1F1B A2A overlap (execution.moe_a2a_overlap). A layer of F 10, B 20 + W 5, with EP
+// all-to-alls of 3 (forward) and 4 (backward): beside a backward a forward hides min(3, 25 - 4) = 3,
+// 10 -> 7; beside a forward a backward hides min(4, 10 - 3) = 4, 20 -> 16. Where the opposite
+// pass's other work is shorter, it hides only that long: F 2 (all-to-alls 1.5) and B 3 (2.5) hide
+// min(1.5, 3 - 2.5) = 0.5 -> 1.5 and min(2.5, 2 - 1.5) = 0.5 -> 2.5. With ep_overlap_exposed 1/4,
+// 3/4 of what hides does: 10 - 2.25 = 7.75 and 20 - 3 = 17.
+TEST(StepCosts, AllToAllOverlapHidesBehindTheOppositePass) {
+  LayerTiming t;
+  t.forward_s = 10, t.backward_input_s = 20, t.backward_weight_s = 5, t.ep_forward_s = 3, t.ep_backward_s = 4;
+  LayerTiming o = exchange_overlapped(t, false, 0);
+  EXPECT_DOUBLE_EQ(o.forward_s, 7);
+  EXPECT_DOUBLE_EQ(o.backward_input_s, 16);
+  EXPECT_DOUBLE_EQ(o.backward_weight_s, 5);
+  EXPECT_DOUBLE_EQ(exchange_overlapped(t, true, 0).forward_s, 7);  // ZB-H1: B without W, 20 - 4 still covers 3
+  EXPECT_DOUBLE_EQ(exchange_overlapped(t, false, 0.25).forward_s, 7.75);
+  EXPECT_DOUBLE_EQ(exchange_overlapped(t, false, 0.25).backward_input_s, 17);
+  EXPECT_DOUBLE_EQ(exchange_overlapped(t, false, 1).forward_s, 10);
+  t.forward_s = 2, t.backward_input_s = 3, t.backward_weight_s = 0, t.ep_forward_s = 1.5, t.ep_backward_s = 2.5;
+  o = exchange_overlapped(t, false, 0);
+  EXPECT_DOUBLE_EQ(o.forward_s, 1.5);
+  EXPECT_DOUBLE_EQ(o.backward_input_s, 2.5);
+  // A layer's EP part of its exchange, which the overlap hides: 2 all-to-alls per pass.
+  const ModelSpec mixtral = load("mixtral-8x7b");
+  const LayerTiming lt = layer_timing(mixtral, round_cluster(), plan(1, 1, 2, 2, 4096));
+  EXPECT_GT(lt.ep_forward_s, 0);
+  EXPECT_DOUBLE_EQ(lt.ep_forward_s, lt.exchange_forward_s);  // no CP
+  EXPECT_DOUBLE_EQ(lt.ep_backward_s, lt.exchange_backward_s);
+}
+
+// The pairs Megatron's combined 1F1B runs. PP 1, 3 micro-batches: F0 B0 F1 B1 F2 B2, and a backward
+// never runs beside its own forward, so B0 + F1 and B1 + F2 pair while F0 and B2 run alone. Stage 0
+// of PP 2 with 4: F0 F1 B0 F2 B1 F3 B2 B3 pairs F1 + B0, F2 + B1, F3 + B2. Over the step the paired
+// passes are shorter by what they hide: with PP 1, 2 forwards and 2 backwards of 32 layers each.
+TEST(StepProgram, AllToAllOverlapPairsNeighbouringPassesOfOtherMicroBatches) {
+  const ModelSpec m = load("mixtral-8x7b");
+  Plan p = plan(1, 1, 2, 2, 4096);
+  p.global_batch = 6;
+  p.execution.moe_a2a_overlap = true;
+  auto passes = [&](const Plan& q) {
+    std::string s;
+    const StepProgram prog = build_step_program(m, q);
+    for (const ProgramOp& op : prog.stages[0].ops)
+      if (op.type == ProgramOpType::kCompute)
+        s += (op.pass == OpKind::kForward ? "F" : "B") + std::to_string(op.micro_batch) + (op.exchange_overlapped ? "* " : " ");
+    return s;
+  };
+  EXPECT_EQ(passes(p), "F0 B0* F1* B1* F2* B2 ");
+  Plan pp = p;
+  pp.pp = 2, pp.global_batch = 8;
+  EXPECT_EQ(passes(pp), "F0 F1* B0* F2* B1* F3* B2* B3 ");
+  Plan dense = p;
+  dense.ep = 1;  // no all-to-alls to hide
+  EXPECT_EQ(passes(dense), "F0 B0 F1 B1 F2 B2 ");
+  Plan off = p;
+  off.execution.moe_a2a_overlap = false;
+  EXPECT_EQ(passes(off), "F0 B0 F1 B1 F2 B2 ");
+
+  // The round cluster has no calibration: ep_overlap_exposed 1 would hide nothing, so take 0.
+  ClusterSpec c = round_cluster();
+  c.calibration.ep_overlap_exposed = 0;
+  const LayerTiming lt = layer_timing(m, c, p), hidden = exchange_overlapped(lt, false, 0);
+  const double saved = 2 * 32 * ((lt.forward_s - hidden.forward_s) + (lt.backward_input_s - hidden.backward_input_s));
+  ASSERT_GT(saved, 0);
+  const double with = simulate_step(m, c, p).value().report.step_time_s, without = simulate_step(m, c, off).value().report.step_time_s;
+  EXPECT_NEAR(without - with, saved, 1e-9 * without);
+  EXPECT_NEAR(simulate_report(m, c, p).value().report.step_time_s, with, 1e-9 * with);
+  EXPECT_TRUE(plan_from_json(plan_to_json(p), "j").value().execution.moe_a2a_overlap);
+  // As Megatron-Core runs it: --overlap-moe-expert-parallel-comm, interleaved when PP > 1, no full
+  // recompute; other frameworks and the runtimes do not overlap.
+  p.sequence_parallel = false;
+  EXPECT_NE(megatron_arguments(m, p).value().find("--overlap-moe-expert-parallel-comm"), std::string::npos);
+  EXPECT_EQ(megatron_arguments(m, off).value().find("--overlap-moe-expert-parallel-comm"), std::string::npos);
+  EXPECT_NE(megatron_arguments(m, pp).error().find("interleaved"), std::string::npos);
+  EXPECT_EQ(framework_refusal("megatron", pp, m), "megatron's expert all-to-all overlap needs the interleaved schedule when pp > 1");
+  Plan full = p;
+  full.recompute = Recompute::kFull;
+  EXPECT_NE(framework_refusal("megatron", full, m).find("without full recompute"), std::string::npos);
+  EXPECT_EQ(framework_refusal("megatron", p, m), "");
+  EXPECT_NE(framework_refusal("torchtitan", p, m).find("does not overlap"), std::string::npos);
+  EXPECT_NE(check_runtime_support(m, p).error().find("moe_a2a_overlap"), std::string::npos);
 }
 
 // CP's ring: Llama-3-8B, s 2048, b 1, TP 8, CP 2 — the CP pair is 8 ranks apart, in two nodes, so
