@@ -55,9 +55,11 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   StepReport e;
   // With the all-to-alls overlapped, every pass but a stage's first and last few runs beside the
   // opposite one: the estimate prices them all so.
-  const LayerTiming lt = plan.execution.moe_a2a_overlap && plan.ep > 1
-                             ? exchange_overlapped(own, splits_weight_gradients(plan.schedule), c.calibration.ep_overlap_exposed)
-                             : own;
+  LayerTiming overlapped;
+  const LayerTiming& lt = plan.execution.moe_a2a_overlap && plan.ep > 1
+                              ? (overlapped = exchange_overlapped(own, splits_weight_gradients(plan.schedule),
+                                                                  c.calibration.ep_overlap_exposed))
+                              : own;
   const int64_t mbs = plan.micro_batches(), p = plan.pp, v = plan.virtual_stages;
   // The slowest stage sets the pace: with uneven stages, the one with the most layers.
   const double layers = d(plan.max_stage_layers(m.layers));
