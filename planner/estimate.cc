@@ -50,16 +50,11 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   return estimate_step(m, c, plan, layer_timing(m, c, plan), edge_timing(m, c, plan));
 }
 
-StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan, const LayerTiming& own,
-                       const EdgeTiming& et) {
+namespace {
+
+StepReport estimate_with(const ModelSpec& m, const ClusterSpec& c, const Plan& plan, const LayerTiming& lt,
+                         const EdgeTiming& et) {
   StepReport e;
-  // With the all-to-alls overlapped, every pass but a stage's first and last few runs beside the
-  // opposite one: the estimate prices them all so.
-  LayerTiming overlapped;
-  const LayerTiming& lt = plan.execution.moe_a2a_overlap && plan.ep > 1
-                              ? (overlapped = exchange_overlapped(own, splits_weight_gradients(plan.schedule),
-                                                                  c.calibration.ep_overlap_exposed))
-                              : own;
   const int64_t mbs = plan.micro_batches(), p = plan.pp, v = plan.virtual_stages;
   // The slowest stage sets the pace: with uneven stages, the one with the most layers.
   const double layers = d(plan.max_stage_layers(m.layers));
@@ -70,7 +65,7 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const double p2p_s = p > 1 && !plan.execution.overlap_p2p ? d(v) * p2p.time_s : 0;
 
   // The calibrated host cost per chunk-pass: v chunks' forward and backward per micro-batch.
-  const double chunk_s = d(v) * c.calibration.chunk_host_s(plan.execution.framework, layers / d(v));
+  const double chunk_s = d(v) * c.calibration.host_cost(plan.execution.framework).chunk_s(layers / d(v));
   StageTimes mid{layers * lt.forward_s + p2p_s + overhead + chunk_s, layers * lt.backward_input_s + p2p_s + chunk_s,
                  layers * lt.backward_weight_s};
   StageTimes first = mid, last = mid;
@@ -165,6 +160,18 @@ StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   e.memory = peak_memory(m, plan, c.gpu.reserved_gib * 1073741824.0);
   finish_report(m, c, plan, e);
   return e;
+}
+
+}  // namespace
+
+StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan, const LayerTiming& lt,
+                       const EdgeTiming& et) {
+  // With the all-to-alls overlapped, every pass but a stage's first and last few runs beside the
+  // opposite one: the estimate prices them all so.
+  if (plan.execution.moe_a2a_overlap && plan.ep > 1)
+    return estimate_with(m, c, plan,
+                         exchange_overlapped(lt, splits_weight_gradients(plan.schedule), c.calibration.ep_overlap_exposed), et);
+  return estimate_with(m, c, plan, lt, et);
 }
 
 void finish_report(const ModelSpec& m, const ClusterSpec& c, const Plan& plan, StepReport& e) {

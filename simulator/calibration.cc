@@ -89,8 +89,8 @@ void Calibration::set(CalParam p, double v, const std::string& power_class) {
   }
 }
 
-double Calibration::chunk_host_s(const std::string& framework, double layers) const {
-  return (chunk_pass_overhead_us + layers * value(CalParam::kLayerGap, framework_family(framework))) * 1e-6;
+Calibration::HostCost Calibration::host_cost(const std::string& framework) const {
+  return {chunk_pass_overhead_us * 1e-6, value(CalParam::kLayerGap, framework_family(framework)) * 1e-6};
 }
 
 const PredictionBand* Calibration::band(const std::string& run_class) const {

@@ -70,9 +70,13 @@ struct Calibration {
   // measured takes the mean of those that were ("*").
   double value(CalParam p, const std::string& key = "") const;
   void set(CalParam p, double v, const std::string& key = "");
-  // The calibrated host time of one forward or backward pass of a chunk of `layers` layers under
-  // `framework`: the chunk-pass overhead plus the layer gap of its family.
-  double chunk_host_s(const std::string& framework, double layers) const;
+  // The calibrated host time of one forward or backward pass of a chunk under `framework`: the
+  // chunk-pass overhead plus, per layer, the layer gap of its family.
+  struct HostCost {
+    double pass_s = 0, layer_s = 0;
+    double chunk_s(double layers) const { return pass_s + layers * layer_s; }
+  };
+  HostCost host_cost(const std::string& framework) const;
   // The band of a run class: that class's, else "all"'s; nullptr without bands.
   const PredictionBand* band(const std::string& run_class) const;
 };

@@ -344,7 +344,7 @@ LinkTier group_link(const ClusterSpec& c, const Plan& plan, GroupKind kind) {
 
 OpCosts::OpCosts(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
     : m_(m), c_(c), p_(plan), layer_(layer_timing(m, c, plan)), edge_(edge_timing(m, c, plan)),
-      p2p_(pipeline_transfer(m, c, plan)) {
+      p2p_(pipeline_transfer(m, c, plan)), host_(c.calibration.host_cost(plan.execution.framework)) {
   if (m.has_dense_layers()) dense_layer_ = layer_timing(dense_layer_model(m), c, plan);  // leading or interleaved
   overlapped_layer_ = exchange_overlapped(layer_, splits_weight_gradients(plan.schedule), c.calibration.ep_overlap_exposed);
   for (int64_t s = 0; s < plan.pp; ++s) {
@@ -368,7 +368,7 @@ double OpCosts::over_layers(const ProgramOp& op, int64_t stage, double LayerTimi
 }
 
 double OpCosts::chunk_fixed_s(const ProgramOp& op, int64_t stage) const {
-  return c_.calibration.chunk_host_s(p_.execution.framework, layers_[static_cast<size_t>(stage * p_.virtual_stages + op.chunk)]);
+  return host_.chunk_s(layers_[static_cast<size_t>(stage * p_.virtual_stages + op.chunk)]);
 }
 
 double OpCosts::compute_s(const ProgramOp& op, int64_t stage) const {

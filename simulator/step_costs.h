@@ -110,6 +110,7 @@ class OpCosts {
   LayerTiming overlapped_layer_;     // layer_ in a pass whose all-to-alls overlap (exchange_overlapped)
   EdgeTiming edge_;
   P2pCost p2p_;
+  Calibration::HostCost host_;  // looked up once: a step prices thousands of passes
   std::vector<double> layers_;  // per stage and chunk (stage x virtual_stages + chunk): its layers
   std::vector<double> dense_;   // per (stage, chunk): its leading dense layers
   int64_t group_size_[kGroupKinds] = {};  // by GroupKind
