@@ -39,11 +39,8 @@ pack() {
 }
 trap pack EXIT
 
-# Every part of the nvidia namespace package (cuBLAS, cuDNN, NCCL may sit in different ones).
-libs="$PWD/$B/lib"
-for root in $(python3 -c "import nvidia; print('\n'.join(nvidia.__path__))" 2>/dev/null); do
-  for d in $(find "$root" -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u); do libs="$libs:$d"; done
-done
+. tools/gpu_libs.sh
+libs=$(gpu_libs "$B")
 export PARALLAX_DATA_DIR="$PWD" NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
 # run NAME SECONDS CMD...: one step, bounded in time, its output in $W/NAME.txt and the log.
@@ -72,11 +69,7 @@ done
   grep PRETTY_NAME /etc/os-release
   ldd --version | head -n 1
 } >"$W/device.txt"
-# The build machine's libstdc++ only where this machine's own is too old for the binaries.
-if LD_LIBRARY_PATH="$libs" ldd "$B/bin/train" 2>&1 | grep -q 'GLIBCXX\|CXXABI\|GCC_[0-9]'; then
-  libs="$libs:$PWD/$B/lib/cxx"
-  echo "== using the carried libstdc++ ($B/lib/cxx)" | tee -a "$LOG"
-fi
+[[ "$libs" == *"/lib/cxx"* ]] && echo "== using the carried libstdc++ ($B/lib/cxx)" | tee -a "$LOG"
 LD_LIBRARY_PATH="$libs" ldd "$B/bin/train" "$B/bin/gpu_kernels_bench" 2>&1 |
   grep -E 'cublas|nccl|stdc|not found' | tee -a "$W/device.txt" | grep -q "not found" &&
   echo "gpu_check: unresolved libraries (see device.txt)" | tee -a "$LOG" >&2

@@ -13,10 +13,8 @@ mkdir -p "$OUT"
 B=build-gpu
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
 [[ -n "$NCU" ]] || { echo "gpu_profile: no ncu on this machine" >&2; exit 2; }
-libs="$PWD/$B/lib"
-for root in $(python3 -c "import nvidia; print('\n'.join(nvidia.__path__))" 2>/dev/null); do
-  for d in $(find "$root" -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u); do libs="$libs:$d"; done
-done
+. tools/gpu_libs.sh
+libs=$(gpu_libs "$B")
 export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PARALLAX_DATA_DIR="$PWD"
 uname -r >"$OUT/device.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv >>"$OUT/device.txt" 2>&1
