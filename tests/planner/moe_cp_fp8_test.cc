@@ -267,8 +267,11 @@ TEST(StepProgram, AllToAllOverlapPairsNeighbouringPassesOfOtherMicroBatches) {
     std::string s;
     const StepProgram prog = build_step_program(m, q);
     for (const ProgramOp& op : prog.stages[0].ops)
-      if (op.type == ProgramOpType::kCompute)
-        s += (op.pass == OpKind::kForward ? "F" : "B") + std::to_string(op.micro_batch) + (op.exchange_overlapped ? "* " : " ");
+      if (op.type == ProgramOpType::kCompute) {
+        s += op.pass == OpKind::kForward ? 'F' : 'B';
+        s += std::to_string(op.micro_batch);
+        s += op.exchange_overlapped ? "* " : " ";
+      }
     return s;
   };
   EXPECT_EQ(passes(p), "F0 B0* F1* B1* F2* B2 ");
