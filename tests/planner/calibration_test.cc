@@ -171,5 +171,34 @@ TEST(Calibration, FitRecoversTheParametersThatMadeTheRuns) {
   for (double p : predict_runs(runs, fit.calibration)) EXPECT_TRUE(std::isfinite(p));
 }
 
+// Leave-one-source-out must not learn from the source it predicts. Source "fp8" alone runs FP8,
+// made with fp8_gemm_fraction 0.8; held out, the fit on source "bf16" has no FP8 run, so the FP8
+// fraction goes back to its neutral 1 (not the 0.8 the fit on every run found, where the held-out
+// fit starts), and the FP8 runs are predicted faster than measured.
+TEST(Calibration, HeldOutFitForgetsWhatOnlyTheHeldOutSourceTaught) {
+  const ClusterSpec c = load_cluster("dgx-h100").value();
+  Calibration truth;
+  truth.name = "truth";
+  truth.fp8_gemm = 0.8;
+  std::vector<MeasuredRun> runs;
+  for (const Precision prec : {Precision::kBf16, Precision::kFp8})
+    for (int64_t mbs : {1, 4, 16}) {
+      MeasuredRun r{precision_name(prec) + std::to_string(mbs), precision_name(prec), load_model("gpt-1.3b").value(), c,
+                    one_gpu(mbs), 0, ""};
+      r.plan.precision = prec;
+      runs.push_back(r);
+    }
+  const std::vector<double> measured = predict_runs(runs, truth);
+  for (size_t i = 0; i < runs.size(); ++i) runs[i].measured_step_s = measured[i];
+  FitOptions fo;
+  fo.prior_pull = 0;
+  const CrossValidation cv = cross_validate(runs, fo);
+  EXPECT_NEAR(cv.all.calibration.fp8_gemm, 0.8, 0.01);
+  for (const auto& [source, fit] : cv.by_source)
+    if (source == "fp8") EXPECT_EQ(fit.calibration.fp8_gemm, 1.0);
+  for (size_t i = 0; i < runs.size(); ++i)
+    if (runs[i].source == "fp8") EXPECT_LT(cv.held_out_s[i], 0.99 * measured[i]) << runs[i].id;
+}
+
 }  // namespace
 }  // namespace parallax
