@@ -195,10 +195,14 @@ TEST(Calibration, HeldOutFitForgetsWhatOnlyTheHeldOutSourceTaught) {
   const CrossValidation cv = cross_validate(runs, fo);
   EXPECT_NEAR(cv.all.calibration.fp8_gemm, 0.8, 0.01);
   for (const auto& [source, fit] : cv.by_source) {
-    if (source == "fp8") EXPECT_EQ(fit.calibration.fp8_gemm, 1.0);
+    if (source == "fp8") {
+      EXPECT_EQ(fit.calibration.fp8_gemm, 1.0);
+    }
   }
   for (size_t i = 0; i < runs.size(); ++i) {
-    if (runs[i].source == "fp8") EXPECT_LT(cv.held_out_s[i], 0.99 * measured[i]) << runs[i].id;
+    if (runs[i].source == "fp8") {
+      EXPECT_LT(cv.held_out_s[i], 0.99 * measured[i]) << runs[i].id;
+    }
   }
 }
 
