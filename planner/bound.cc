@@ -89,21 +89,27 @@ StagePasses stage_passes(const OpCosts& costs, const Plan& p, int64_t s, double 
   return out;
 }
 
-// (3): the largest sum of one stage's collective durations.
-double dp_stream_bound_s(const ModelSpec& m, const OpCosts& costs, const Plan& plan) {
+// Per stage, the durations of its dp-stream collectives: (once a step, per micro-batch).
+std::vector<std::pair<double, double>> dp_stream_load(const ModelSpec& m, const OpCosts& costs, const Plan& plan) {
   Plan few = plan;
   const int64_t small = plan.schedule == Schedule::kInterleaved ? plan.pp : 1;
   few.global_batch = small * plan.micro_batch * plan.dp;
   const StepProgram program = build_step_program(m, few);
-  const double scale = d(plan.micro_batches()) / d(small);
-  double bound = 0;
+  std::vector<std::pair<double, double>> load(program.stages.size());
   for (size_t s = 0; s < program.stages.size(); ++s) {
-    double once = 0, per_pass = 0;
     for (const ProgramOp& op : program.stages[s].ops)
       if (op.type == ProgramOpType::kCollective)
-        (op.micro_batch >= 0 ? per_pass : once) += costs.duration_s(op, static_cast<int64_t>(s));
-    bound = std::max(bound, once + scale * per_pass);
+        (op.micro_batch >= 0 ? load[s].second : load[s].first) += costs.duration_s(op, static_cast<int64_t>(s));
+    load[s].second /= d(small);
   }
+  return load;
+}
+
+// (3): the largest sum of one stage's collective durations.
+double dp_stream_bound_s(const ModelSpec& m, const OpCosts& costs, const Plan& plan) {
+  double bound = 0;
+  for (const auto& [once, per_micro_batch] : dp_stream_load(m, costs, plan))
+    bound = std::max(bound, once + d(plan.micro_batches()) * per_micro_batch);
   return bound;
 }
 
@@ -132,6 +138,12 @@ double step_lower_bound_s(const ModelSpec& m, const ClusterSpec& c, const Plan& 
   bound *= 1 - kRounding;
   if (bound > beat_s) return bound;
   return std::max(bound, dp_stream_bound_s(m, costs, plan) * (1 - kRounding));
+}
+
+double dp_stream_seconds_per_micro_batch(const ModelSpec& m, const OpCosts& costs, const Plan& plan) {
+  double most = 0;
+  for (const auto& load : dp_stream_load(m, costs, plan)) most = std::max(most, load.second);
+  return most;
 }
 
 }  // namespace parallax

@@ -9,6 +9,7 @@
 #include "models/model_spec.h"
 #include "program/plan.h"
 #include "simulator/cluster_spec.h"
+#include "simulator/step_costs.h"
 
 namespace parallax {
 
@@ -17,5 +18,9 @@ namespace parallax {
 // bound exceeds `beat_s` that part is returned (the caller only asks whether the plan can beat it).
 double step_lower_bound_s(const ModelSpec& m, const ClusterSpec& c, const Plan& plan,
                           double beat_s = std::numeric_limits<double>::infinity());
+
+// The most time any stage's dp stream spends on each micro-batch's collectives (ZeRO-2/3's
+// per-pass gathers and reductions), in seconds: no step grows by less per micro-batch.
+double dp_stream_seconds_per_micro_batch(const ModelSpec& m, const OpCosts& costs, const Plan& plan);
 
 }  // namespace parallax

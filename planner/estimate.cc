@@ -97,12 +97,18 @@ StepReport estimate_with(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const double grads = params * bpp.gradients, weights = params * bpp.gathered;
   const LinkTier dpl = group_link(c, plan, GroupKind::kDp);
   const int64_t n = plan.shard_degree(), replicas = plan.data_ranks() / n;
+  // A pass's ZeRO-2/3 collectives go one unit (layer) at a time, each paying the ring's latency
+  // (OpCosts::duration_s); the rest once a step.
+  const double units = plan.zero >= 2 ? std::max(1.0, layers) : 1.0;
+  auto unit_time = [&](Collective op, double bytes, int64_t ranks, const LinkTier& link) {
+    return units * collective_time_s(op, bytes / units, ranks, link);
+  };
   auto time = [&](Collective op, double bytes) { return collective_time_s(op, bytes, n, dpl); };
   auto sent = [&](Collective op, double bytes) { return collective_bytes_per_rank(op, bytes, n); };
   // Hybrid sharding: each reduce-scatter's shard is then all-reduced over the replicas.
   const LinkTier rl = group_link(c, plan, GroupKind::kDpReplica);
   const double shard_grads = grads / d(n);
-  const double replica_s = plan.zero >= 1 ? collective_time_s(Collective::kAllReduce, shard_grads, replicas, rl) : 0.0;
+  const double replica_s = plan.zero >= 1 ? unit_time(Collective::kAllReduce, shard_grads, replicas, rl) : 0.0;
   const double replica_sent = plan.zero >= 1 ? collective_bytes_per_rank(Collective::kAllReduce, shard_grads, replicas) : 0.0;
   // Offload with ZeRO-2/3: each micro-batch's gradient shard goes to host memory, and with ZeRO-3
   // the weight shard comes back before every pass, over PCIe (as the step program's ops).
@@ -111,6 +117,15 @@ StepReport estimate_with(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const double weights_from_host_s = plan.offload && plan.zero >= 3 ? weights / d(n) / pcie_Bps : 0.0;
   const double window = slowest.b + slowest.w;
   const double fm = d(mbs);
+  // EP: the experts' gradients reduce over the expert data-parallel ranks (ZeRO-1: then their
+  // weights gather back; ZeRO-2/3: every pass's, and ZeRO-3 gathers them before each pass).
+  const int64_t edp = plan.expert_data_ranks();
+  const bool experts = split.expert > 0 && edp > 1;
+  const LinkTier el = group_link(c, plan, GroupKind::kExpertDp);
+  const double eg = split.expert * bpp.gradients, ew = split.expert * bpp.gathered;
+  const double expert_rs = experts && plan.zero >= 2 ? unit_time(Collective::kReduceScatter, eg, edp, el) : 0.0;
+  const double expert_ag = experts && plan.zero == 3 ? unit_time(Collective::kAllGather, ew, edp, el) : 0.0;
+  const double expert_sent = experts && plan.zero >= 2 ? collective_bytes_per_rank(Collective::kReduceScatter, eg, edp) : 0.0;
   switch (plan.zero) {
     case 0:
       e.dp_exposed_s = exposed_reduction(time(Collective::kAllReduce, grads), window, grads, plan);
@@ -121,27 +136,26 @@ StepReport estimate_with(const ModelSpec& m, const ClusterSpec& c, const Plan& p
                        time(Collective::kAllGather, weights);
       e.comm_bytes_per_gpu.dp = sent(Collective::kReduceScatter, grads) + replica_sent + sent(Collective::kAllGather, weights);
       break;
-    case 2:  // gradients are sharded, so every micro-batch's are reduce-scattered
-      e.dp_exposed_s = fm * exposed_reduction(time(Collective::kReduceScatter, grads) + replica_s + grads_to_host_s,
-                                              window, grads, plan) +
-                       time(Collective::kAllGather, weights);
-      e.comm_bytes_per_gpu.dp = fm * (sent(Collective::kReduceScatter, grads) + replica_sent) + sent(Collective::kAllGather, weights);
+    case 2: {  // gradients are sharded, so every micro-batch's are reduce-scattered, from its first unit on
+      const double rs = unit_time(Collective::kReduceScatter, grads, n, dpl) + replica_s + grads_to_host_s + expert_rs;
+      const double expert_weights_s = experts ? collective_time_s(Collective::kAllGather, ew, edp, el) : 0.0;
+      e.dp_exposed_s = fm * std::max(rs / units, rs - window * (1 - 1 / units)) + time(Collective::kAllGather, weights) +
+                       expert_weights_s;
+      e.comm_bytes_per_gpu.dp = fm * (sent(Collective::kReduceScatter, grads) + replica_sent + expert_sent) +
+                                sent(Collective::kAllGather, weights) +
+                                (experts ? collective_bytes_per_rank(Collective::kAllGather, ew, edp) : 0.0);
       break;
-    default: {  // 3: gather weights for forward and for backward, prefetched while the previous op runs
-      const double ag = time(Collective::kAllGather, weights) + weights_from_host_s;
-      e.dp_exposed_s = fm * (std::max(0.0, ag - slowest.f) + std::max(0.0, ag - window) +
-                             exposed_reduction(time(Collective::kReduceScatter, grads) + replica_s + grads_to_host_s,
-                                               window, grads, plan));
-      e.comm_bytes_per_gpu.dp = fm * (2 * sent(Collective::kAllGather, weights) + sent(Collective::kReduceScatter, grads) + replica_sent);
+    }
+    default: {  // 3: per micro-batch the dp stream gathers for forward and backward and reduces, beneath both
+      const double ag = unit_time(Collective::kAllGather, weights, n, dpl) + weights_from_host_s + expert_ag;
+      const double rs = unit_time(Collective::kReduceScatter, grads, n, dpl) + replica_s + grads_to_host_s + expert_rs;
+      e.dp_exposed_s = fm * (std::max(0.0, 2 * ag + rs - slowest.f - window) + 2 * ag / units);
+      e.comm_bytes_per_gpu.dp = fm * (2 * sent(Collective::kAllGather, weights) + sent(Collective::kReduceScatter, grads) +
+                                      replica_sent + expert_sent +
+                                      (experts ? 2 * collective_bytes_per_rank(Collective::kAllGather, ew, edp) : 0.0));
     }
   }
-
-  // EP: the experts' gradients reduce over the expert data-parallel ranks (ZeRO-1: then their
-  // weights gather back), after the dense buckets.
-  const int64_t edp = plan.expert_data_ranks();
-  if (split.expert > 0 && edp > 1) {
-    const LinkTier el = group_link(c, plan, GroupKind::kExpertDp);
-    const double eg = split.expert * bpp.gradients, ew = split.expert * bpp.gathered;
+  if (experts && plan.zero <= 1) {  // once a step, after the dense buckets
     const Collective reduce = plan.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
     e.dp_exposed_s += exposed_reduction(collective_time_s(reduce, eg, edp, el), window, eg, plan) +
                       (plan.zero == 1 ? collective_time_s(Collective::kAllGather, ew, edp, el) : 0.0);

@@ -224,12 +224,19 @@ class StageBuilder {
     // ZeRO-3 gathers the stage's weights before each pass: over DP, and with offload from host
     // memory too (its shard, even on one GPU).
     // With EP the experts gather over their own data-parallel ranks, after the dense weights on
-    // the same stream (the pass waits for the last gather).
+    // the same stream. Every framework gathers per unit (a transformer layer: Megatron-FSDP's
+    // TransformerLayer, FSDP2's block, DeepSpeed's modules within its prefetch bucket) while the
+    // previous unit computes, one unit ahead at most: the gathers start with the previous pass's
+    // last unit, and the pass waits for its first unit's share of the first gather only; the rest
+    // streams in beneath it, ahead of the next pass's gathers on the same stream.
     if (p_.zero == 3 && pass.kind != OpKind::kWeight) {
+      const float previous_unit = last_compute_ < 0 ? 1.0f : first_unit(out_.ops[last_compute_].chunk);
       auto gather = [&](CollectiveRole role, GroupKind group, double bytes) {
-        ProgramOp& g = collective(role, Collective::kAllGather, group, StreamKind::kDp, bytes, &gathered);
+        int32_t id;
+        ProgramOp& g = collective(role, Collective::kAllGather, group, StreamKind::kDp, bytes, &id);
         g.pass = pass.kind, g.micro_batch = pass.micro_batch, g.chunk = pass.chunk;
-        if (before_last_compute_ >= 0) g.waits_for.push_back(before_last_compute_);  // one gathered copy ahead at most
+        if (last_compute_ >= 0) g.waits_for.push_back(last_compute_), g.first_wait_fraction = previous_unit < 1 ? 1 - previous_unit : 1;
+        if (gathered < 0) gathered = id;
       };
       if (p_.data_ranks() > 1 || p_.offload) gather(CollectiveRole::kWeightGather, GroupKind::kDp, stage_weight_bytes_);
       if (expert_weight_bytes_ > 0 && p_.expert_data_ranks() > 1)
@@ -243,14 +250,13 @@ class StageBuilder {
       r.bytes = prog_.boundary_bytes;
       if (last_compute_ >= 0) r.waits_for.push_back(last_compute_);  // posted once the previous op is done
     }
-    before_last_compute_ = last_compute_;
     ProgramOp& c = append(ProgramOpType::kCompute, StreamKind::kCompute, &last_compute_);
     c.pass = pass.kind, c.micro_batch = pass.micro_batch, c.chunk = pass.chunk;
     const auto& [bytes, sent] = pass_tp_[static_cast<size_t>(pass.chunk * 3 + static_cast<int>(pass.kind))];
     c.bytes = bytes, c.sent_bytes = sent;
+    if (gathered >= 0) c.waits_for.push_back(gathered), c.first_wait_fraction = first_unit(pass.chunk);
     for (int32_t w : blocking_) c.waits_for.push_back(w);
     blocking_.clear();
-    if (gathered >= 0) c.waits_for.push_back(gathered);
     if (received >= 0) c.waits_for.push_back(received);
     c.frees_activations = releases_activations(pass.kind, p_.schedule);
     const int64_t to = send_target(p_, pass.kind, pass.chunk, stage_);
@@ -266,8 +272,12 @@ class StageBuilder {
     return last_compute_;
   }
 
+  // The share of a pass over `chunk` that its first ZeRO unit (one layer) takes.
+  float first_unit(int64_t chunk) const { return static_cast<float>(1.0 / d(std::max<int64_t>(prog_.layers_of(stage_, chunk), 1))); }
+
   // TP with SP: the norm weights saw only this rank's tokens; their gradients are summed over TP.
-  int32_t add_norm_gradients(int64_t chunk, int32_t micro_batch, int32_t after) {
+  // `after_fraction`: as a shard reduction, it starts with the pass's first unit (below).
+  int32_t add_norm_gradients(int64_t chunk, int32_t micro_batch, int32_t after, float after_fraction = 1) {
     const LayerParams lp = layer_params(m_);
     const bool last = virtual_stage(stage_, chunk, p_.pp) == p_.pp * p_.virtual_stages - 1;
     const double params = d(prog_.layers_of(stage_, chunk)) * d(lp.replicated) + (last ? d(edge_params(m_).final_norm) : 0.0);
@@ -276,6 +286,7 @@ class StageBuilder {
                               params * bytes_per_param(p_).gradients, &id);
     n.chunk = static_cast<int32_t>(chunk), n.micro_batch = micro_batch;
     n.waits_for.push_back(after);
+    n.first_wait_fraction = after_fraction;
     return id;
   }
 
@@ -294,22 +305,27 @@ class StageBuilder {
     return id;
   }
 
-  // ZeRO-2/3: each releasing op's gradients are reduce-scattered into the shards right away.
+  // ZeRO-2/3: each releasing op's gradients are reduce-scattered into the shards right away, unit
+  // by unit as the backward leaves it (FSDP's post-backward hooks, DeepSpeed's overlap_comm
+  // buckets): the reductions start once the pass's first unit is done and run beneath the rest.
+  // The SP norms' all-reduce goes first on the same stream.
   void add_shard_reduction(const PipelineOp& pass, int32_t compute) {
-    OpWaits waits = {compute};
-    if (sp_norms()) waits.push_back(add_norm_gradients(pass.chunk, pass.micro_batch, compute));
+    const float unit = first_unit(pass.chunk);
+    if (sp_norms()) add_norm_gradients(pass.chunk, pass.micro_batch, compute, unit);
     int32_t id;
     ProgramOp& rs = collective(CollectiveRole::kGradientShard, Collective::kReduceScatter, GroupKind::kDp,
                                StreamKind::kDp, stage_grad_bytes_, &id);
     rs.micro_batch = pass.micro_batch, rs.chunk = pass.chunk;
-    rs.waits_for = waits;
+    rs.waits_for = {compute};
+    rs.first_wait_fraction = unit;
     id = add_replica_reduce(id);
     if (expert_grad_bytes_ > 0 && p_.expert_data_ranks() > 1) {  // EP: the experts over their own ranks
       // after the dense reduction on the same stream
       ProgramOp& e = collective(CollectiveRole::kExpertGradients, Collective::kReduceScatter, GroupKind::kExpertDp,
                                 StreamKind::kDp, expert_grad_bytes_, &id);
       e.micro_batch = pass.micro_batch, e.chunk = pass.chunk;
-      e.waits_for = waits;
+      e.waits_for = {compute};
+      e.first_wait_fraction = unit;
     }
     if (!p_.execution.overlap_grad_reduce) blocking_.push_back(id);
   }
@@ -400,7 +416,7 @@ class StageBuilder {
   int64_t group_size_[kGroupKinds] = {};
   std::vector<std::pair<double, double>> pass_tp_;  // pass_tp_bytes by (chunk, pass)
   StageProgram out_;
-  int32_t last_compute_ = -1, before_last_compute_ = -1;
+  int32_t last_compute_ = -1;
   int32_t last_on_[5] = {-1, -1, -1, -1, -1};
   OpWaits blocking_;  // ops the next compute op waits for (blocking sends, reductions)
 };

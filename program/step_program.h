@@ -12,6 +12,8 @@
 // Issue order on a stage, for each pipeline op of program/schedule.h:
 //   [ZeRO-3: all-gather of the stage's weights]  [receive of the input]  compute
 //   [send of the output]  [ZeRO-2/3: gradient reduce-scatter]
+// (ZeRO-3's gathers and ZeRO-2/3's reductions go unit by unit — one layer each — beneath the pass:
+// the pass waits for its first unit's weights, the reduction starts after its first unit.)
 // after a chunk's last releasing op (its last B; ZB-H1: its last W) the chunk's gradient
 // collectives (SP norm all-reduce over TP, the tied-embedding all-reduce, DP buckets — right
 // there with overlap_grad_reduce, else after the stage's last op; a chunk holding a tied
@@ -99,7 +101,8 @@ struct ProgramOp {
   int32_t peer = -1;  // send/recv: the other pipeline stage
   // Earlier ops of this stage that must finish before this one starts, besides the previous op on
   // its stream. The first may be waited for only up to `first_wait_fraction` of its duration: a DP
-  // bucket needs just its layers' share of the last backward.
+  // bucket needs just its layers' share of the last backward, a ZeRO-2/3 shard reduction the
+  // pass's first unit (layer), a ZeRO-3 pass its first unit's share of its weight gather.
   float first_wait_fraction = 1;
   OpWaits waits_for;
   // Communication: the full buffer (nccl-tests S). Compute: the full buffers of the TP collectives

@@ -417,7 +417,14 @@ double OpCosts::duration_s(const ProgramOp& op, int64_t stage) const {
     case ProgramOpType::kCollective: break;
   }
   const int g = static_cast<int>(op.group);
-  double t = collective_time_s(op.collective, op.bytes, group_size_[g], link_[g]);
+  // A pass's ZeRO-2/3 collectives go one unit (layer) at a time (step_program.h): each unit's
+  // message pays the ring's latency, and its size sets how much of it latency is.
+  const bool per_unit = op.micro_batch >= 0 && p_.zero >= 2 &&
+                        (op.role == CollectiveRole::kWeightGather || op.role == CollectiveRole::kGradientShard ||
+                         op.role == CollectiveRole::kReplicaReduce || op.role == CollectiveRole::kExpertWeights ||
+                         op.role == CollectiveRole::kExpertGradients);
+  const double units = per_unit ? d(std::max<int64_t>(p_.stage_layers(m_.layers, stage), 1)) : 1.0;
+  double t = units * collective_time_s(op.collective, op.bytes / units, group_size_[g], link_[g]);
   // Offloaded ZeRO-3 weights come from host memory before each pass and gradient shards go back
   // after each backward (DeepSpeed's offload_param / offload_optimizer): this rank's shard over
   // PCIe, in line with the collective.

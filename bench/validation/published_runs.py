@@ -29,7 +29,7 @@ def framework(r):
     if 'PyTorch FSDP' in f: return 'fsdp', False
     return 'megatron', False  # Megatron-Core (r0.8.0, the 2024 README scaling runs; the MoE model zoo)
 
-def cluster(r):
+def bundled_cluster(r):
     g = r['gpu']
     # Megatron-LM's 2020 README runs: the DGX A100 of September 2020 had 40 GB A100s.
     if 'A100' in g and '40GB' in g.replace(' ', ''): return 'dgx-a100-40gb'
@@ -38,6 +38,32 @@ def cluster(r):
     # torchtitan's 96 GB HBM2e, 500 W H100s (the paper's "95 GiB" H100s are the same Meta cluster)
     if 'HBM2e' in g: return 'grand-teton-h100'
     return 'dgx-h100'
+
+# Where cluster() writes the clusters it derives: main() sets it beside its output.
+DERIVED_DIR = None
+
+def cluster(r):
+    """The bundled cluster of the row's GPU, or, where the source states an inter-node bandwidth per
+    node ("400 Gbps inter-node": IBM's FSDP blog and fms-fsdp, on IBM Cloud, not DGX SuperPODs), a
+    copy of it whose GPUs share that bandwidth (the path of a file in DERIVED_DIR)."""
+    base = bundled_cluster(r)
+    m = re.search(r'(\d+) Gbps', r.get('hardware_notes') or '')
+    if not m: return base
+    global DERIVED_DIR
+    if DERIVED_DIR is None: DERIVED_DIR = tempfile.mkdtemp()
+    gbps = int(m.group(1))
+    path = os.path.join(DERIVED_DIR, f'{base}-{gbps}gbps.json')
+    if not os.path.exists(path):
+        data = os.environ.get('PARALLAX_DATA_DIR', os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        c = json.load(open(os.path.join(data, 'clusters', base + '.json')))
+        c['name'] = f'{base}-{gbps}gbps'
+        per_gpu = gbps / 8 / c['node']['gpus']
+        c['network']['bw_per_gpu_gbps'] = per_gpu
+        c['network']['source'] = (f"the run's source: {gbps} Gb/s inter-node per node, shared by its {c['node']['gpus']} GPUs = "
+                                  f"{per_gpu} GB/s per GPU per direction; latency and topology as {base}")
+        os.makedirs(DERIVED_DIR, exist_ok=True)
+        json.dump(c, open(path, 'w'), indent=1)
+    return path
 
 def plan(r):
     z = str(r['zero_or_fsdp'])
@@ -143,6 +169,8 @@ def main():
     a = ap.parse_args()
     if len(a.files) < 2: ap.error('give at least one runs file and the output file')
     binary, result, table = os.path.abspath(a.simulate), a.files[-1], a.table
+    global DERIVED_DIR
+    DERIVED_DIR = os.path.join(os.path.dirname(os.path.abspath(result)), 'derived-clusters')
     tmp = tempfile.mkdtemp()
     out, seen, runs_out = {}, {}, []
     for runs, r in [(runs, r) for runs in a.files[:-1] for r in json.load(open(runs))['rows']]:
@@ -160,7 +188,7 @@ def main():
         run = subprocess.run([binary, '--model', tmp + '/m.json', '--plan', tmp + '/p.json', '--cluster', cluster(r),
                               '--format', 'json'], capture_output=True, text=True)
         entry = {'source': r['source_set'], 'measured_s': r['step_time_s'], 'framework': p['execution'],
-                 'cluster': cluster(r)}
+                 'cluster': os.path.basename(cluster(r)).removesuffix('.json')}
         if run.returncode != 0:
             entry['error'] = run.stderr.strip()[:200]
         else:

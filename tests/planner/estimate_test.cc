@@ -1,8 +1,11 @@
 #include "planner/estimate.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "../simulator/test_cluster.h"
+#include "planner/lowering.h"
 #include "program/step_program.h"
 #include "simulator/step_costs.h"
 
@@ -115,6 +118,36 @@ TEST(StepReport, OffloadedWeightsCrossPcieEveryPass) {
   EXPECT_NEAR(costs.duration_s(gather, 0), 124439808.0 * 2 / 20e9, 1e-12);
   const StepReport e = estimate_step(m, c, p);
   EXPECT_GT(e.dp_exposed_s, 124439808.0 * 2 / 20e9);  // the first gather has nothing to hide behind
+}
+
+// ZeRO-3 over DP 4 in one node of the round cluster (100 GB/s, 1 us per ring step), GPT-2's 12
+// layers, N = 124,439,808 weights of 2 bytes: each pass's gather goes one layer at a time, 12
+// all-gathers of 2N / 12 bytes: 12 * 3 * 1 us + 0.75 * 2N / 100 GB/s = 36 us + 1,866.597 us.
+// The lowering cuts it at 1/12 and the pass starts after that first unit, not the whole gather;
+// the reduction (2 bytes a gradient here) starts after its backward's first twelfth.
+TEST(StepReport, ZeroThreeGathersUnitByUnit) {
+  const ModelSpec m = load("gpt2");
+  const ClusterSpec c = round();
+  Plan p = gpt2_plan(1);
+  p.dp = 4, p.zero = 3;
+  const OpCosts costs(m, c, p);
+  const LoweredStep low = lower_step(m, p, costs);
+  const std::vector<ProgramOp>& ops = low.program.stages[0].ops;
+  ASSERT_EQ(op_name(ops[0]), "all-gather dp F mb=0 chunk=0");
+  ASSERT_EQ(op_name(ops[1]), "F mb=0 chunk=0");
+  const double gather_s = 36e-6 + 0.75 * 2 * 124439808.0 / 100e9;
+  EXPECT_NEAR(costs.duration_s(ops[0], 0), gather_s, 1e-12);
+  const TaskId head = low.first_task[0][0];
+  EXPECT_NE(head, low.last_task[0][0]);
+  EXPECT_NEAR(low.graph.duration_s(head), gather_s / 12, 1e-10);  // the fraction is a float
+  const auto& deps = low.graph.dependencies();
+  const TaskId f0 = low.first_task[0][1];
+  EXPECT_NE(std::find(deps.begin(), deps.end(), std::pair{head, f0}), deps.end());
+  EXPECT_EQ(std::find(deps.begin(), deps.end(), std::pair{low.last_task[0][0], f0}), deps.end());
+  // The estimate: the dp stream's 2 gathers and a reduction per micro-batch hide beneath its
+  // passes; what stays exposed is each pass's first unit, 2 x 2 x gather / 12 for m = 8 / 4.
+  const StepReport e = estimate_step(m, c, p);
+  EXPECT_NEAR(e.dp_exposed_s, 2 * 2 * gather_s / 12, 1e-9);
 }
 
 // DP 4 (one node), ZeRO 0: an all-reduce of 2 bytes per parameter, exposed without overlap.

@@ -144,8 +144,10 @@ TEST(StepProgram, ZeroTwoOnOneDataRankReducesNormsOnce) {
                                                 "allreduce tp norms chunk=0", "optimizer"}));
 }
 
-// ZeRO-3: the weights are gathered before every F and B, at most one op ahead, and each backward's
-// gradients reduce-scattered after it.
+// ZeRO-3: the weights are gathered before every F and B and each backward's gradients
+// reduce-scattered after it, unit (layer) by unit: with tiny-gpt's 4 layers a pass waits for 1/4
+// of its gather, a gather may start at 3/4 of the pass before (one unit ahead), and a reduction
+// at 1/4 of its backward.
 TEST(StepProgram, ZeroThreeGathersAroundEveryPass) {
   Plan p;
   p.dp = 2, p.zero = 3, p.micro_batch = 1, p.global_batch = 4, p.seq_len = 16;
@@ -155,10 +157,17 @@ TEST(StepProgram, ZeroThreeGathersAroundEveryPass) {
                                                 "reduce-scatter dp mb=0 chunk=0", "all-gather dp F mb=1 chunk=0",
                                                 "F mb=1 chunk=0", "all-gather dp B mb=1 chunk=0", "B mb=1 chunk=0",
                                                 "reduce-scatter dp mb=1 chunk=0", "optimizer"}));
-  // B0's gather may start once F0's predecessor is done: none, so it waits for nothing; F1's
-  // gather waits for F0 (two compute ops back).
-  EXPECT_TRUE(s.ops[2].waits_for.empty());
-  EXPECT_EQ(s.ops[5].waits_for[0], 1);
+  EXPECT_TRUE(s.ops[0].waits_for.empty());  // the step's first gather
+  auto waits = [&](size_t op, int32_t on, float fraction) {
+    ASSERT_EQ(s.ops[op].waits_for.size(), 1u) << op;
+    EXPECT_EQ(s.ops[op].waits_for[0], on) << op;
+    EXPECT_FLOAT_EQ(s.ops[op].first_wait_fraction, fraction) << op;
+  };
+  waits(1, 0, 0.25f);  // F0 on its gather's first unit
+  waits(2, 1, 0.75f);  // B0's gather from F0's last unit on
+  waits(3, 2, 0.25f);
+  waits(4, 3, 0.25f);  // the reduction from B0's first unit on
+  waits(5, 3, 0.75f);  // F1's gather from B0's last unit on
 }
 
 // Hybrid sharding, TP 2 x DP 4 with dp_shard 2: rank 5 (tp 1, dp 2) shards with dp 3 (rank 7):
