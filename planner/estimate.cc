@@ -149,7 +149,7 @@ StepReport estimate_with(const ModelSpec& m, const ClusterSpec& c, const Plan& p
     default: {  // 3: per micro-batch the dp stream gathers for forward and backward and reduces, beneath both
       const double ag = unit_time(Collective::kAllGather, weights, n, dpl) + weights_from_host_s + expert_ag;
       const double rs = unit_time(Collective::kReduceScatter, grads, n, dpl) + replica_s + grads_to_host_s + expert_rs;
-      e.dp_exposed_s = fm * (std::max(0.0, 2 * ag + rs - slowest.f - window) + 2 * ag / units);
+      e.dp_exposed_s = fm * (std::max(0.0, 2 * ag + rs - slowest.f - window) + 2 * d(v) * ag / units);
       e.comm_bytes_per_gpu.dp = fm * (2 * sent(Collective::kAllGather, weights) + sent(Collective::kReduceScatter, grads) +
                                       replica_sent + expert_sent +
                                       (experts ? 2 * collective_bytes_per_rank(Collective::kAllGather, ew, edp) : 0.0));

@@ -101,7 +101,7 @@ class Lowerer {
     }
     if (op.type != ProgramOpType::kCollective) return costs_.duration_s(op, s);
     if (memo_stage_ != s || memo_.type != op.type || memo_.collective != op.collective || memo_.group != op.group ||
-        memo_.role != op.role || memo_.bytes != op.bytes) {
+        memo_.role != op.role || memo_.bytes != op.bytes || memo_.chunk != op.chunk) {  // a ZeRO unit's size is per chunk
       memo_stage_ = s, memo_ = op;
       memo_s_ = costs_.duration_s(op, s);
     }

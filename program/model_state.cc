@@ -1,5 +1,6 @@
 #include "program/model_state.h"
 
+#include "program/schedule.h"
 
 namespace parallax {
 
@@ -46,18 +47,18 @@ int64_t stage_dense_layers(const ModelSpec& m, const Plan& plan, int64_t stage) 
   return n;
 }
 
-StageParams stage_param_split(const ModelSpec& m, const Plan& plan, int64_t stage) {
+namespace {
+// The parameters one GPU holds of `layers` layers (`dense` of them leading dense layers), plus the
+// edges a pipeline end holds: the embedding on the first, the final norm and output head on the last.
+StageParams params_on_gpu(const ModelSpec& m, const Plan& plan, int64_t layers, int64_t dense, bool first, bool last) {
   const EdgeParams e = edge_params(m);
   const double t = d(plan.tp);
-  // A stage's chunks hold layers / pp of the model (uneven stages: their own count).
-  const int64_t layers = plan.stage_layers(m.layers, stage);
-  const int64_t dense = stage_dense_layers(m, plan, stage);
   const LayerParams lp = layer_params(m), dp = layer_params(dense_layer_model(m));
   StageParams p;
   p.dense = d(layers - dense) * (d(lp.tp_sharded) / t + d(lp.replicated)) + d(dense) * (d(dp.tp_sharded) / t + d(dp.replicated));
   p.expert = d(layers - dense) * d(lp.expert) / (d(plan.expert_tp()) * d(plan.ep));
-  if (stage == 0) p.dense += d(e.token_embedding) / t + d(e.position_embedding);
-  if (stage == plan.pp - 1) {
+  if (first) p.dense += d(e.token_embedding) / t + d(e.position_embedding);
+  if (last) {
     p.dense += d(e.final_norm);
     // Megatron keeps a copy of a tied embedding on the last stage and all-reduces its gradient.
     if (m.tied_embeddings) {
@@ -67,6 +68,19 @@ StageParams stage_param_split(const ModelSpec& m, const Plan& plan, int64_t stag
     }
   }
   return p;
+}
+}  // namespace
+
+StageParams stage_param_split(const ModelSpec& m, const Plan& plan, int64_t stage) {
+  // A stage's chunks hold layers / pp of the model (uneven stages: their own count).
+  return params_on_gpu(m, plan, plan.stage_layers(m.layers, stage), stage_dense_layers(m, plan, stage), stage == 0,
+                       stage == plan.pp - 1);
+}
+
+StageParams chunk_param_split(const ModelSpec& m, const Plan& plan, int64_t stage, int64_t chunk) {
+  const int64_t vs = virtual_stage(stage, chunk, plan.pp);
+  return params_on_gpu(m, plan, plan.chunk_layers(m.layers, stage, chunk).count, chunk_dense_layers(m, plan, stage, chunk),
+                       vs == 0, vs == plan.pp * plan.virtual_stages - 1);
 }
 
 double stage_params_per_gpu(const ModelSpec& m, const Plan& plan, int64_t stage) {

@@ -44,6 +44,9 @@ struct StageParams {
 int64_t chunk_dense_layers(const ModelSpec& m, const Plan& plan, int64_t stage, int64_t chunk);
 int64_t stage_dense_layers(const ModelSpec& m, const Plan& plan, int64_t stage);
 StageParams stage_param_split(const ModelSpec& m, const Plan& plan, int64_t stage);
+// Those of one chunk of a stage (the first and last virtual stage holding the edges); the
+// chunks' sum is the stage's.
+StageParams chunk_param_split(const ModelSpec& m, const Plan& plan, int64_t stage, int64_t chunk);
 double stage_params_per_gpu(const ModelSpec& m, const Plan& plan, int64_t stage);
 
 }  // namespace parallax

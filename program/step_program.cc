@@ -136,6 +136,13 @@ class StageBuilder {
     stage_weight_bytes_ = params.dense * bpp.gathered;
     expert_grad_bytes_ = params.expert * bpp.gradients;
     expert_weight_bytes_ = params.expert * bpp.gathered;
+    // A pass's ZeRO-2/3 collectives move its chunk's share (the runtimes gather and reduce the
+    // chunk's buckets); one chunk: the stage's.
+    for (int64_t chunk = 0; chunk < p_.virtual_stages; ++chunk) {
+      StageParams c = p_.virtual_stages == 1 ? params : chunk_param_split(m, p_, stage, chunk);
+      if (p_.ep == 1) c = {c.total(), 0};
+      chunk_bytes_.push_back({c.dense * bpp.gathered, c.dense * bpp.gradients, c.expert * bpp.gathered, c.expert * bpp.gradients});
+    }
     const ModelSpec dense = dense_layer_model(m);
     for (OpKind k : {OpKind::kForward, OpKind::kBackward, OpKind::kWeight}) {
       tp_[static_cast<int>(k)] = tp_traffic(m, p_, k);
@@ -221,7 +228,7 @@ class StageBuilder {
     // store forwarding (most of this function's time).
     int32_t gathered = -1, received = -1;
     const int64_t vs = virtual_stage(stage_, pass.chunk, p_.pp), last_vs = p_.pp * p_.virtual_stages - 1;
-    // ZeRO-3 gathers the stage's weights before each pass: over DP, and with offload from host
+    // ZeRO-3 gathers the chunk's weights before each pass: over DP, and with offload from host
     // memory too (its shard, even on one GPU).
     // With EP the experts gather over their own data-parallel ranks, after the dense weights on
     // the same stream. Every framework gathers per unit (a transformer layer: Megatron-FSDP's
@@ -238,9 +245,10 @@ class StageBuilder {
         if (last_compute_ >= 0) g.waits_for.push_back(last_compute_), g.first_wait_fraction = previous_unit < 1 ? 1 - previous_unit : 1;
         if (gathered < 0) gathered = id;
       };
-      if (p_.data_ranks() > 1 || p_.offload) gather(CollectiveRole::kWeightGather, GroupKind::kDp, stage_weight_bytes_);
+      const ChunkBytes& b = chunk_bytes_[static_cast<size_t>(pass.chunk)];
+      if (p_.data_ranks() > 1 || p_.offload) gather(CollectiveRole::kWeightGather, GroupKind::kDp, b.weights);
       if (expert_weight_bytes_ > 0 && p_.expert_data_ranks() > 1)
-        gather(CollectiveRole::kExpertWeights, GroupKind::kExpertDp, expert_weight_bytes_);
+        gather(CollectiveRole::kExpertWeights, GroupKind::kExpertDp, b.expert_weights);
     }
     const bool needs_input = pass.kind == OpKind::kForward ? vs > 0 : pass.kind == OpKind::kBackward && vs < last_vs;
     if (needs_input) {
@@ -313,8 +321,9 @@ class StageBuilder {
     const float unit = first_unit(pass.chunk);
     if (sp_norms()) add_norm_gradients(pass.chunk, pass.micro_batch, compute, unit);
     int32_t id;
+    const ChunkBytes& b = chunk_bytes_[static_cast<size_t>(pass.chunk)];
     ProgramOp& rs = collective(CollectiveRole::kGradientShard, Collective::kReduceScatter, GroupKind::kDp,
-                               StreamKind::kDp, stage_grad_bytes_, &id);
+                               StreamKind::kDp, b.grads, &id);
     rs.micro_batch = pass.micro_batch, rs.chunk = pass.chunk;
     rs.waits_for = {compute};
     rs.first_wait_fraction = unit;
@@ -322,7 +331,7 @@ class StageBuilder {
     if (expert_grad_bytes_ > 0 && p_.expert_data_ranks() > 1) {  // EP: the experts over their own ranks
       // after the dense reduction on the same stream
       ProgramOp& e = collective(CollectiveRole::kExpertGradients, Collective::kReduceScatter, GroupKind::kExpertDp,
-                                StreamKind::kDp, expert_grad_bytes_, &id);
+                                StreamKind::kDp, b.expert_grads, &id);
       e.micro_batch = pass.micro_batch, e.chunk = pass.chunk;
       e.waits_for = {compute};
       e.first_wait_fraction = unit;
@@ -412,6 +421,10 @@ class StageBuilder {
   const int64_t stage_, buckets_;
   double stage_grad_bytes_ = 0, stage_weight_bytes_ = 0;    // dense (all, without EP)
   double expert_grad_bytes_ = 0, expert_weight_bytes_ = 0;  // EP: the experts'
+  struct ChunkBytes {
+    double weights = 0, grads = 0, expert_weights = 0, expert_grads = 0;
+  };
+  std::vector<ChunkBytes> chunk_bytes_;  // per chunk, as the stage's above
   TpTraffic tp_[3], tp_dense_[3];
   int64_t group_size_[kGroupKinds] = {};
   std::vector<std::pair<double, double>> pass_tp_;  // pass_tp_bytes by (chunk, pass)

@@ -10,7 +10,7 @@
 // trace of one plan hold the same events, and `compare` matches them by construction.
 //
 // Issue order on a stage, for each pipeline op of program/schedule.h:
-//   [ZeRO-3: all-gather of the stage's weights]  [receive of the input]  compute
+//   [ZeRO-3: all-gather of the chunk's weights]  [receive of the input]  compute
 //   [send of the output]  [ZeRO-2/3: gradient reduce-scatter]
 // (ZeRO-3's gathers and ZeRO-2/3's reductions go unit by unit — one layer each — beneath the pass:
 // the pass waits for its first unit's weights, the reduction starts after its first unit.)
@@ -50,7 +50,7 @@ enum class CollectiveRole : uint8_t {
   kGradientBucket,  // DP: reduce bucket `bucket` = chunk * buckets per chunk + k (ZeRO 0: all-reduce; 1: reduce-scatter)
   kGradientShard,   // DP, ZeRO-2/3: reduce-scatter one micro-batch's gradients into the shards
   kWeightBucket,    // DP, ZeRO-1/2: all-gather bucket `bucket` of updated weights after the optimizer
-  kWeightGather,    // DP, ZeRO-3: all-gather the stage's weights before pass (mb, chunk)
+  kWeightGather,    // DP, ZeRO-3: all-gather the weights of `chunk` before pass (mb, chunk)
   kNormGradients,   // TP with SP: all-reduce the norm weights' partial gradients of `chunk`
   kEmbedding,       // first + last stage: all-reduce the tied embedding's gradient
   kReplicaReduce,   // hybrid sharding: all-reduce a reduced gradient shard over the DP replicas

@@ -104,6 +104,14 @@ Param* Trainer::tied_embedding() {
   return model_.tied_head_copy() ? model_.tied_head_copy() : model_.embedding();
 }
 
+// The DP buckets of `chunk`: the layout holds the same number of each chunk, chunk after chunk.
+std::vector<int64_t> Trainer::chunk_buckets(int64_t chunk) const {
+  const int64_t per = layout_->buckets() / model_.chunks();
+  std::vector<int64_t> out;
+  for (int64_t b = chunk * per; b < (chunk + 1) * per; ++b) out.push_back(b);
+  return out;
+}
+
 // ZeRO-3 keeps only shards between passes: the dense weights' and, with EP, the experts'.
 void Trainer::release_parameters() {
   if (zero_) zero_->release_parameters();
@@ -225,10 +233,12 @@ void Trainer::collective(const ProgramOp& op) {
         tied_grad_.resize(tied->grad.size(), 0.0f);
         for (size_t i = 0; i < tied_grad_.size(); ++i) tied_grad_[i] += tied->grad[i], tied->grad[i] = 0.0f;
       }
-      zero_->reduce_gradients();
+      for (int64_t b : chunk_buckets(op.chunk)) zero_->reduce_bucket(b);  // only this chunk's have gradients
       return;
     case CollectiveRole::kWeightBucket: zero_->gather_bucket(op.bucket); return;
-    case CollectiveRole::kWeightGather: zero_->gather_parameters(); return;
+    case CollectiveRole::kWeightGather:
+      for (int64_t b : chunk_buckets(op.chunk)) zero_->gather_bucket(b);
+      return;
     case CollectiveRole::kNormGradients:
       for (Param* p : model_.chunk_params(op.chunk))
         if (p->sp_partial) tp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
@@ -250,12 +260,14 @@ void Trainer::collective(const ProgramOp& op) {
       return;
     }
     case CollectiveRole::kExpertGradients:  // over the expert data-parallel ranks: reduce-scattered, or all-reduced
-      if (expert_zero_ && op.micro_batch >= 0) return expert_zero_->reduce_gradients();  // ZeRO-2/3: each pass's
+      if (expert_zero_ && op.micro_batch >= 0) return expert_zero_->reduce_bucket(op.chunk);  // ZeRO-2/3: each pass's
       if (expert_zero_) return expert_zero_->reduce_bucket(op.chunk);
       for (Param* p : model_.chunk_params(op.chunk))
         if (p->expert) expert_dp_->all_reduce(p->grad.data(), static_cast<int64_t>(p->grad.size()), ReduceOp::kSum);
       return;
-    case CollectiveRole::kExpertWeights: expert_zero_->gather_parameters(); return;
+    case CollectiveRole::kExpertWeights:  // ZeRO-3: the pass's chunk (one bucket each); ZeRO-1/2: all, after the step
+      if (op.micro_batch >= 0) return expert_zero_->gather_bucket(op.chunk);
+      return expert_zero_->gather_parameters();
     case CollectiveRole::kReplicaReduce:  // hybrid sharding is refused by check_runtime_support
     case CollectiveRole::kNone: return;
   }

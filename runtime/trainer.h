@@ -115,6 +115,7 @@ class Trainer : private StepBackend {
   Param* tied_embedding();
   bool per_pass_shards() const;  // ZeRO-2/3: each pass's gradients go to the shards
   void release_parameters();
+  std::vector<int64_t> chunk_buckets(int64_t chunk) const;
 
   ModelSpec m_;
   Plan plan_;

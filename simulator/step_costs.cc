@@ -423,7 +423,7 @@ double OpCosts::duration_s(const ProgramOp& op, int64_t stage) const {
                         (op.role == CollectiveRole::kWeightGather || op.role == CollectiveRole::kGradientShard ||
                          op.role == CollectiveRole::kReplicaReduce || op.role == CollectiveRole::kExpertWeights ||
                          op.role == CollectiveRole::kExpertGradients);
-  const double units = per_unit ? d(std::max<int64_t>(p_.stage_layers(m_.layers, stage), 1)) : 1.0;
+  const double units = per_unit ? d(std::max<int64_t>(p_.chunk_layers(m_.layers, stage, op.chunk).count, 1)) : 1.0;
   double t = units * collective_time_s(op.collective, op.bytes / units, group_size_[g], link_[g]);
   // Offloaded ZeRO-3 weights come from host memory before each pass and gradient shards go back
   // after each backward (DeepSpeed's offload_param / offload_optimizer): this rank's shard over

@@ -1,5 +1,6 @@
 // The step program by hand: the rank layout, the ops of small plans with their names, streams,
 // bytes (nccl-tests accounting) and waits.
+#include "program/model_state.h"
 #include "program/step_program.h"
 
 #include <gtest/gtest.h>
@@ -168,6 +169,31 @@ TEST(StepProgram, ZeroThreeGathersAroundEveryPass) {
   waits(3, 2, 0.25f);
   waits(4, 3, 0.25f);  // the reduction from B0's first unit on
   waits(5, 3, 0.75f);  // F1's gather from B0's last unit on
+}
+
+// ZeRO-3 with interleaving gathers and reduces each pass's chunk only. tiny-gpt (h 32, 4 layers,
+// vocab 128, 16 positions, tied) on PP 2 x 2 chunks has one layer per chunk: 12,704 parameters
+// (qkv 3,168, proj 1,056, fc 4,224, fc proj 4,128, two norms 128), 2 bytes each in bf16.
+//   stage 0 chunk 0 (virtual stage 0): + the embeddings 4,096 + 512 -> 17,312 x 2 = 34,624 bytes;
+//   stage 0 chunk 1 (virtual stage 2): 25,408 bytes;
+//   stage 1 chunk 1 (virtual stage 3): + final norm 64 + the tied embedding's copy 4,096 -> 33,728.
+TEST(StepProgram, ZeroThreeMovesOnlyThePassChunk) {
+  Plan p;
+  p.pp = 2, p.dp = 2, p.zero = 3, p.schedule = Schedule::kInterleaved, p.virtual_stages = 2;
+  p.micro_batch = 1, p.global_batch = 4, p.seq_len = 16;
+  ASSERT_TRUE(check_plan(p, tiny_gpt(), 8).ok()) << check_plan(p, tiny_gpt(), 8).error();
+  const StepProgram prog = build_step_program(tiny_gpt(), p);
+  auto bytes = [&](int64_t stage, const std::string& name) {
+    for (const ProgramOp& op : prog.stages[stage].ops)
+      if (op_name(op) == name) return op.bytes;
+    return -1.0;
+  };
+  EXPECT_DOUBLE_EQ(bytes(0, "all-gather dp F mb=0 chunk=0"), 34624);
+  EXPECT_DOUBLE_EQ(bytes(0, "all-gather dp F mb=0 chunk=1"), 25408);
+  EXPECT_DOUBLE_EQ(bytes(0, "reduce-scatter dp mb=0 chunk=1"), 25408);
+  EXPECT_DOUBLE_EQ(bytes(1, "all-gather dp B mb=1 chunk=1"), 33728);
+  const StageParams whole = stage_param_split(tiny_gpt(), p, 0);
+  EXPECT_DOUBLE_EQ(whole.total(), chunk_param_split(tiny_gpt(), p, 0, 0).total() + chunk_param_split(tiny_gpt(), p, 0, 1).total());
 }
 
 // Hybrid sharding, TP 2 x DP 4 with dp_shard 2: rank 5 (tp 1, dp 2) shards with dp 3 (rank 7):
