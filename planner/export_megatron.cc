@@ -181,8 +181,12 @@ void block_arguments(const ModelSpec& m, Args& arg) {
 std::string plan_refusal(const ModelSpec& m, const Plan& p) {
   if (m.is_moe() && p.tp > 1 && !p.sequence_parallel)
     return "Megatron-Core needs --sequence-parallel for MoE with tensor parallelism";
-  if (p.zero >= 2)
-    return "zero " + std::to_string(p.zero) + " has no Megatron-LM equivalent (zero 1 = --use-distributed-optimizer); use --emit deepspeed";
+  // ZeRO-2/3 are Megatron-FSDP's optim_grads / optim_grads_params, on its no-pipelining path.
+  if (p.zero >= 2 && p.pp > 1)
+    return "zero " + std::to_string(p.zero) + " runs as Megatron-FSDP without pipeline parallelism (pp 1), not pp " + std::to_string(p.pp);
+  if (p.zero >= 2 && !p.execution.overlap_grad_reduce)
+    return "zero " + std::to_string(p.zero) + " is priced with its layers' gathers and reductions overlapped, which Megatron-FSDP "
+           "does only with --overlap-grad-reduce (execution.overlap_grad_reduce)";
   // arguments.py: optimizer offload with --fp8-param-gather needs the delayed recipe.
   if (p.offload && p.precision == Precision::kFp8 && p.execution.fp8_param_gather && p.execution.fp8_recipe != Fp8Recipe::kDelayed)
     return "optimizer offload with fp8_param_gather needs fp8_recipe delayed (Megatron's validate_args)";
@@ -245,7 +249,14 @@ void training_arguments(const ModelSpec& m, const Plan& p, Args& arg) {
     }
     if (p.execution.fp8_param_gather) arg.flag("--fp8-param-gather");
   }
-  if (p.zero == 1) arg.flag("--use-distributed-optimizer");
+  if (p.zero >= 2) {
+    // Megatron-FSDP: gradients (ZeRO-2) and weights too (ZeRO-3) sharded, per TransformerLayer.
+    // validate_args requires its fsdp_dtensor checkpoints and sets the distributed optimizer.
+    arg.flag("--use-megatron-fsdp");
+    arg("--data-parallel-sharding-strategy", p.zero == 3 ? "optim_grads_params" : "optim_grads");
+    arg("--ckpt-format", "fsdp_dtensor");
+  }
+  if (p.zero >= 1) arg.flag("--use-distributed-optimizer");
   // Hybrid sharding: the distributed optimizer sharded within each of N instances, all-reduced across.
   if (p.hybrid_sharding()) arg("--num-distributed-optimizer-instances", p.data_ranks() / p.shard_degree());
   if (p.offload) {
@@ -267,7 +278,10 @@ void training_arguments(const ModelSpec& m, const Plan& p, Args& arg) {
   // --use-flash-attn is a no-op in current Megatron-LM; the backend is chosen by name.
   if (p.execution.attention == AttentionKernel::kFlash) arg("--attention-backend", "flash");
   if (p.execution.overlap_grad_reduce) arg.flag("--overlap-grad-reduce");
-  if (p.execution.overlap_param_gather && p.zero == 1) arg.flag("--overlap-param-gather");
+  // ZeRO-3 is priced with each layer's gather prefetched beneath the previous one's compute
+  // (Megatron-FSDP's --overlap-param-gather; validate_args wants --overlap-grad-reduce with it).
+  if ((p.zero == 3 && p.execution.overlap_grad_reduce) || (p.execution.overlap_param_gather && p.zero >= 1))
+    arg.flag("--overlap-param-gather");
   // validate_args: bf16 accumulates and all-reduces in fp32 unless --grad-reduce-in-bf16; state
   // which one was priced, so the run uses the memory and traffic the plan was priced with.
   if (bf16) arg.flag(p.execution.fp32_gradients ? "--accumulate-allreduce-grads-in-fp32" : "--grad-reduce-in-bf16");

@@ -118,7 +118,17 @@ std::string megatron_refusal(const std::string& name, const Plan& p, const Model
   if (std::string why = megatron_model_refusal(m); !why.empty()) return name + " cannot run " + m.name + ": " + why;
   // Megatron-Core asserts sequence parallelism for MoE layers under tensor parallelism.
   if (m.is_moe() && p.tp > 1 && !p.sequence_parallel) return name + " needs sequence_parallel for MoE with tp > 1";
-  if (p.zero >= 2) return name + " runs ZeRO 0 or 1 (the distributed optimizer), not " + std::to_string(p.zero);
+  // Megatron-Core shards gradients and weights too with Megatron-FSDP (--use-megatron-fsdp), whose
+  // only schedule path is the one without pipelining (pipeline_parallel/schedules.py special-cases
+  // it in forward_backward_no_pipelining alone); NeMo 24.x and the 2022 code predate it.
+  if (p.zero >= 2 && name != "megatron") return name + " runs ZeRO 0 or 1 (the distributed optimizer), not " + std::to_string(p.zero);
+  if (p.zero >= 2 && p.pp > 1)
+    return name + " runs ZeRO " + std::to_string(p.zero) + " as Megatron-FSDP, without pipeline parallelism (pp 1), not pp " +
+           std::to_string(p.pp);
+  // Megatron-FSDP prefetches its gathers (--overlap-param-gather) and overlaps its reductions only
+  // with --overlap-grad-reduce (validate_args asserts the pair), which the pricing assumes.
+  if (p.zero >= 2 && !p.execution.overlap_grad_reduce)
+    return name + " overlaps Megatron-FSDP's gathers and reductions only with overlap_grad_reduce";
   if (p.pp > 1 && p.schedule != Schedule::k1F1B && p.schedule != Schedule::kInterleaved)
     return name + " pipelines run 1f1b or interleaved, not " + schedule_name(p.schedule);
   if (p.offload && p.zero != 1) return name + " offloads the optimizer only with the distributed optimizer (zero 1)";

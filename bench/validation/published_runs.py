@@ -106,6 +106,10 @@ def plan(r):
         # Megatron-LM v1 local DDP all-reduces the fp16 .grad (fp32 only with --fp32-allreduce, which the
         # README's example scripts do not pass); fp32 master copies live in the optimizer.
         execution['fp32_gradients'] = False
+    if source == 'megatron-moe-modelzoo':
+        # Megatron-MoE-ModelZoo model_configs/benchmarking/Qwen3-235B-A22B.yaml MODEL_ARGS:
+        # --overlap-grad-reduce true, --overlap-param-gather true (every row's common arguments).
+        execution['overlap_grad_reduce'] = execution['overlap_param_gather'] = True
     if source == 'megatron2024':
         # Megatron-LM README at f2e5db40: runs use --overlap-grad-reduce --overlap-param-gather
         # --tp-comm-overlap.

@@ -69,7 +69,13 @@ TEST(Plan, FrameworkRefusals) {
   p.schedule = Schedule::kZbH1, p.virtual_stages = 1;
   EXPECT_EQ(framework_refusal("nemo", p, llama), "nemo pipelines run 1f1b or interleaved, not zb-h1");
   p.schedule = Schedule::k1F1B, p.zero = 2;
-  EXPECT_EQ(framework_refusal("megatron", p, llama), "megatron runs ZeRO 0 or 1 (the distributed optimizer), not 2");
+  EXPECT_EQ(framework_refusal("megatron", p, llama), "megatron runs ZeRO 2 as Megatron-FSDP, without pipeline parallelism (pp 1), not pp 4");
+  EXPECT_EQ(framework_refusal("nemo", p, llama), "nemo runs ZeRO 0 or 1 (the distributed optimizer), not 2");
+  p.pp = 1, p.dp = 8;
+  EXPECT_EQ(framework_refusal("megatron", p, llama), "megatron overlaps Megatron-FSDP's gathers and reductions only with overlap_grad_reduce");
+  p.execution.overlap_grad_reduce = true;
+  EXPECT_EQ(framework_refusal("megatron", p, llama), "");
+  p.pp = 4, p.dp = 2, p.execution.overlap_grad_reduce = false;
   p.zero = 1, p.sequence_parallel = false;  // Megatron-Core asserts SP for MoE under TP
   EXPECT_EQ(framework_refusal("megatron", p, load("mixtral-8x7b")), "megatron needs sequence_parallel for MoE with tp > 1");
 }
