@@ -57,8 +57,9 @@ Plan with_micro_batches(const Plan& p, int64_t m) {
 // goes on: no stream needs more per micro-batch than the line grows by (a stage's compute, slowed
 // by the collectives beside it; its dp stream). One that does has not caught up yet — ZB-H1's
 // held-back weight passes absorb such a lag for a while — and the line would bend later.
-std::optional<std::array<std::vector<double>, 3>> line_at(const ModelSpec& m, const ClusterSpec& c, const OpCosts& costs,
-                                                          const Plan& plan, int64_t m_a, int64_t q) {
+// `dp_per_micro_batch`: dp_stream_seconds_per_micro_batch, or 0 where no collective is per pass.
+std::optional<std::array<std::vector<double>, 3>> line_at(const ModelSpec& m, const ClusterSpec& c, const Plan& plan,
+                                                          double dp_per_micro_batch, int64_t m_a, int64_t q) {
   std::array<std::vector<double>, 3> at;
   for (int k = 0; k < 3; ++k) {
     // The timeline's own measures, not the report: the memory model and the totals follow from m.
@@ -71,7 +72,7 @@ std::optional<std::array<std::vector<double>, 3>> line_at(const ModelSpec& m, co
   const StepMeasures b = unflatten(at[1], static_cast<size_t>(plan.pp)), e = unflatten(at[2], static_cast<size_t>(plan.pp));
   for (int64_t s = 0; s < plan.pp; ++s)
     if (e.stages[s].busy_s - b.stages[s].busy_s > slope) return std::nullopt;
-  if (plan.zero >= 2 && dp_stream_seconds_per_micro_batch(m, costs, plan) * static_cast<double>(q) > slope) return std::nullopt;
+  if (dp_per_micro_batch * static_cast<double>(q) > slope) return std::nullopt;
   return at;
 }
 
@@ -87,9 +88,10 @@ Result<Simulation> simulate_report(const ModelSpec& m, const ClusterSpec& c, con
   const int64_t first = plan.schedule == Schedule::kInterleaved ? 2 * plan.pp : plan.pp + 2, mbs = plan.micro_batches();
   if (3 * first + 3 * q >= mbs) return simulate_step(m, c, plan);
   const OpCosts costs(m, c, plan);
+  const double dp_per_micro_batch = plan.zero >= 2 ? dp_stream_seconds_per_micro_batch(m, costs, plan) : 0.0;
   for (int64_t m_a : {first, 3 * first}) {
     if (3 * m_a + 3 * q >= mbs) break;
-    const auto at = line_at(m, c, costs, plan, m_a, q);
+    const auto at = line_at(m, c, plan, dp_per_micro_batch, m_a, q);
     if (!at) continue;
     std::vector<double> line((*at)[2].size());
     const double steps = static_cast<double>(mbs - m_a - 2 * q) / static_cast<double>(q);

@@ -417,13 +417,11 @@ double OpCosts::duration_s(const ProgramOp& op, int64_t stage) const {
     case ProgramOpType::kCollective: break;
   }
   const int g = static_cast<int>(op.group);
-  // A pass's ZeRO-2/3 collectives go one unit (layer) at a time (step_program.h): each unit's
-  // message pays the ring's latency, and its size sets how much of it latency is.
-  const bool per_unit = op.micro_batch >= 0 && p_.zero >= 2 &&
-                        (op.role == CollectiveRole::kWeightGather || op.role == CollectiveRole::kGradientShard ||
-                         op.role == CollectiveRole::kReplicaReduce || op.role == CollectiveRole::kExpertWeights ||
-                         op.role == CollectiveRole::kExpertGradients);
-  const double units = per_unit ? d(std::max<int64_t>(p_.chunk_layers(m_.layers, stage, op.chunk).count, 1)) : 1.0;
+  // A pass's ZeRO-2/3 collectives (those of one micro-batch, but the SP norms' all-reduce) go one
+  // unit (layer) at a time (step_program.h): each unit's message pays the ring's latency, and its
+  // size sets how much of it latency is.
+  const bool per_unit = op.micro_batch >= 0 && p_.zero >= 2 && op.role != CollectiveRole::kNormGradients;
+  const double units = per_unit ? std::max(1.0, layers_[static_cast<size_t>(stage * p_.virtual_stages + op.chunk)]) : 1.0;
   double t = units * collective_time_s(op.collective, op.bytes / units, group_size_[g], link_[g]);
   // Offloaded ZeRO-3 weights come from host memory before each pass and gradient shards go back
   // after each backward (DeepSpeed's offload_param / offload_optimizer): this rank's shard over
