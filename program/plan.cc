@@ -344,14 +344,15 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   if (f.has("cp_comm")) e.cp_comm = read_enum(f, "cp_comm", parse_cp_comm, "p2p|all-gather|a2a", e.cp_comm);
   e.recompute_fraction = f.optional_number("recompute_fraction").value_or(e.recompute_fraction);
   if (f.ok() && e.recompute_fraction > 1) f.fail("recompute_fraction", "is a share of the layers and must be <= 1");
-  e.moe_imbalance = f.optional_number("moe_imbalance").value_or(e.moe_imbalance);
+  e.moe_imbalance = f.optional_number("moe_imbalance", true).value_or(e.moe_imbalance);
   e.moe_capacity_factor = f.optional_number("moe_capacity_factor", true).value_or(e.moe_capacity_factor);
   if (f.has("moe_dispatcher"))
     e.moe_dispatcher = read_enum(f, "moe_dispatcher", parse_moe_dispatcher, "alltoall|deepep", e.moe_dispatcher);
   e.moe_a2a_overlap = f.optional_bool("moe_a2a_overlap", e.moe_a2a_overlap);
   if (f.has("fp8_recipe")) e.fp8_recipe = read_enum(f, "fp8_recipe", parse_fp8_recipe, "delayed|current|rowwise", e.fp8_recipe);
   e.fp8_param_gather = f.optional_bool("fp8_param_gather", e.fp8_param_gather);
-  if (f.ok() && (e.moe_imbalance < 1 || e.moe_imbalance > 1e3)) f.fail("moe_imbalance", "must be between 1 (balanced) and 1000");
+  if (f.ok() && e.moe_imbalance != 0 && (e.moe_imbalance < 1 || e.moe_imbalance > 1e3))
+    f.fail("moe_imbalance", "must be between 1 (balanced) and 1000, or 0 (the dropless default)");
   if (f.ok() && e.moe_capacity_factor > 1e3) f.fail("moe_capacity_factor", "must be <= 1000 (0: dropless)");
   // Bounds that keep every derived byte count and time finite.
   if (f.ok() && e.dp_bucket_mib > 1e6) f.fail("dp_bucket_mib", "must be <= 1e6");

@@ -37,6 +37,12 @@ enum class Fp8Recipe { kDelayed, kCurrent, kRowwise };
 // once to each other node holding one of its experts and forwards it there over NVLink.
 enum class MoeDispatcher { kAllToAll, kDeepEp };
 
+// Dropless MoE routing of a trained router on real text: the Gini coefficient of the experts'
+// loads, 0.105 with softmax attention (MHA/GQA) and above 0.24 with latent attention (MLA), on five
+// MoE checkpoints at EP 4-32 on H100 (arXiv 2605.20982; ../shared/physics moe_routing_imbalance).
+// A normal spread σ has Gini σ / √π, so σ = √π Gini (simulator/step_costs.h busiest_expert).
+inline constexpr double kRoutedLoadGini = 0.105, kRoutedLoadGiniLatent = 0.24;
+
 // Software choices that change time or memory but not the math. Defaults follow Megatron-Core.
 struct Execution {
   std::string framework;  // the profile these settings came from (framework.h); "" = Parallax's defaults
@@ -70,10 +76,12 @@ struct Execution {
   // NeMo's distributed_fused_adam with optim.dtype bf16 keeps them.
   bool bf16_optimizer_states = false;
   CpComm cp_comm = CpComm::kP2p;
-  // MoE routing: the busiest expert's tokens over the mean (1: balanced; an input, measured from
-  // the router's statistics), and the capacity factor that caps an expert's tokens at that many
-  // times the mean, dropping the rest (0: dropless).
-  double moe_imbalance = 1.0;
+  // MoE routing: the busiest expert's tokens over the mean, per micro-batch and layer (1: balanced,
+  // as Megatron's benchmark-only --moe-router-force-load-balancing routes; a router's measured
+  // statistics where known; 0: a trained router's, from kRoutedLoadGini), and the
+  // capacity factor that caps an expert's tokens at that many times the mean, dropping the rest
+  // (0: dropless).
+  double moe_imbalance = 0;
   double moe_capacity_factor = 0.0;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   // The expert all-to-alls of one micro-batch's pass run beside the compute of another's (Megatron's

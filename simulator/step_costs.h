@@ -41,10 +41,20 @@ LayerTiming exchange_overlapped(const LayerTiming& t, bool split_weights, double
 // Of an MoE layer; of a leading dense layer: layer_timing(dense_layer_model(m), ...).
 LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
 
-// The busiest EP rank's routed tokens over the mean: its experts / ep experts hold the mean load
-// but one, the busiest expert, at execution.moe_imbalance x the mean (capped at the capacity
-// factor, which drops the excess): (E/ep - 1 + imbalance) / (E/ep). 1 for a dense model.
+// The busiest EP rank's routed tokens over the mean. Per micro-batch and layer the experts' loads
+// scatter about the mean; taken as independent with one spread σ (a share of the mean), the
+// busiest of E experts lies z_E σ above it, z_n the expected maximum of n standard normals, so the
+// busiest expert m (busiest_expert) gives σ = (m − 1) / z_E. A rank sums its E/ep experts, spread
+// σ / √(E/ep), and the busiest of ep ranks is 1 + z_ep σ / √(E/ep) = 1 + (m − 1) z_ep / (z_E √(E/ep)):
+// m with an expert per rank, 1 without EP. It sets the grouped GEMMs' rows and the all-to-alls'
+// time (the busiest rank receives and returns that many tokens). 1 for a dense model.
 double expert_load(const ModelSpec& m, const Plan& plan);
+// The busiest expert's tokens over the mean that expert_load spreads: execution.moe_imbalance, or
+// for 0 a trained router's on real text, 1 + z_E σ with σ = √π kRoutedLoadGini (the normal spread
+// of that Gini); at most E / top-k (every token chose it) and the capacity factor. 1 for a dense model.
+double busiest_expert(const ModelSpec& m, const Plan& plan);
+// z_n: the expected maximum of n independent standard normals (0 for n <= 1).
+double expected_max_of_normals(int64_t n);
 // DeepEP's inter-node traffic: the other nodes a token's top-k experts lie on, each sent the token
 // once, with the experts spread evenly over `nodes` and routing uniform: (nodes - 1) x (1 - P0),
 // P0 = C(E - E/nodes, k) / C(E, k) the chance a node holds none of them. Group-limited routing

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "program/framework.h"
+#include "simulator/step_costs.h"
 
 namespace parallax::cli {
 
@@ -109,7 +110,7 @@ void add_execution_flags(CLI::App& app, ExecutionFlags& f) {
   app.add_flag("--overlap-grad-reduce", f.overlap_grad_reduce, "overlap DP gradient reduction with backward");
   app.add_flag("--fp32-gradients", f.fp32_gradients, "bf16/fp16: accumulate and DP-reduce gradients in fp32");
   app.add_option("--cp-comm", f.cp_comm, "context parallelism's attention: p2p (ring, default) | all-gather | a2a (Ulysses)");
-  app.add_option("--moe-imbalance", f.moe_imbalance, "MoE: the busiest expert's tokens over the mean (default 1)");
+  app.add_option("--moe-imbalance", f.moe_imbalance, "MoE: the busiest expert's tokens over the mean (1: forced balance; default: a trained router's, measured)");
   app.add_option("--moe-capacity-factor", f.moe_capacity_factor, "MoE: tokens an expert takes, x the mean (0: dropless)");
   app.add_option("--fp8-recipe", f.fp8_recipe, "FP8 scaling: delayed (default) | current | rowwise");
   app.add_flag("--fp8-param-gather", f.fp8_param_gather, "FP8: weights kept and all-gathered in FP8");
@@ -158,6 +159,23 @@ std::string describe_execution(const Execution& e) {
          (e.recompute_fraction < 1 ? ", full recompute on " + std::to_string(std::lround(100 * e.recompute_fraction)) + "% of layers" : "") +
          (e.moe_dispatcher == MoeDispatcher::kDeepEp ? ", DeepEP dispatch" : "") +
          (e.moe_a2a_overlap ? ", expert all-to-alls overlapped across micro-batches" : "");
+}
+
+std::string moe_routing_line(const ModelSpec& m, const Plan& p) {
+  if (!m.is_moe()) return "";
+  const Execution& e = p.execution;
+  const std::string source = e.moe_capacity_factor > 0 && e.moe_capacity_factor <= busiest_expert(m, p) ? "capacity factor"
+                             : e.moe_imbalance == 0 ? "a trained router's, by default"
+                                                    : "moe_imbalance";
+  return "MoE routing: busiest expert " + fixed(busiest_expert(m, p), 2) + "x the mean (" + source + ")" +
+         (p.ep > 1 ? ", busiest EP rank " + fixed(expert_load(m, p), 2) + "x" : "") +
+         (e.moe_imbalance == 0 ? "; --moe-imbalance 1 prices forced balance" : "");
+}
+
+nlohmann::json moe_routing_json(const ModelSpec& m, const Plan& p) {
+  if (!m.is_moe()) return nullptr;
+  return {{"busiest_expert", busiest_expert(m, p)}, {"busiest_ep_rank", expert_load(m, p)},
+          {"default", p.execution.moe_imbalance == 0}};
 }
 
 std::string unpriced_line(const ModelSpec& m) {

@@ -262,6 +262,11 @@ void print(const Options& o, const ModelSpec& m, const ClusterSpec& c, const Sea
             << ", attention " << attention_name(so.execution.attention);
   if (!defaults.empty()) std::cout << "  [defaults chosen: " << defaults.dump() << "]";
   if (!so.execution.framework.empty()) std::cout << "\n" << cli::describe_execution(so.execution);
+  if (m.is_moe()) {
+    Plan routing;
+    routing.execution = so.execution;
+    std::cout << "\n" << cli::moe_routing_line(m, routing);
+  }
   if (!m.unpriced.empty()) std::cout << "\n" << cli::unpriced_line(m);
   // MFU depends on how attention is counted; name it (the JSON's hfu is what the kernels execute).
   std::cout << "\nMFU% by model FLOPs, " << kModelFlopsConvention << " (hardware FLOPs as executed: hfu in --format json)";

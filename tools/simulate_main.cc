@@ -122,6 +122,7 @@ void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const 
             << ", recompute " << recompute_name(p.recompute) << (p.sequence_parallel ? ", SP" : "")
             << ", seq_len " << p.seq_len << ", global batch " << p.global_batch << ", " << precision_name(p.precision)
             << "\n" << cli::describe_execution(p.execution) << "\n";
+  if (m.is_moe()) std::cout << cli::moe_routing_line(m, p) << "\n";
   if (!m.unpriced.empty()) std::cout << cli::unpriced_line(m) << "\n";
   if (!defaults.empty()) std::cout << "defaults chosen: " << defaults.dump() << "\n";
   std::cout << "engine: " << (engine == "event" ? "discrete-event simulation" : "analytical model") << "\n";
@@ -252,6 +253,7 @@ int run(int argc, char** argv) {
     j["engine"] = o.engine;
     j["framework"] = cli::framework_json(plan.execution);
     j["model_unpriced"] = m.unpriced;
+    j["moe_routing"] = cli::moe_routing_json(m, plan);
     j["calibration"] = c.calibration.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.calibration.name);
     j["band"] = cli::band_json(c, m, plan, e.step_time_s, e.mfu);
     if (!stages.is_null()) j["stages"] = stages;

@@ -110,6 +110,10 @@ def plan(r):
         # Megatron-MoE-ModelZoo model_configs/benchmarking/Qwen3-235B-A22B.yaml MODEL_ARGS:
         # --overlap-grad-reduce true, --overlap-param-gather true (every row's common arguments).
         execution['overlap_grad_reduce'] = execution['overlap_param_gather'] = True
+        # Its benchmark scripts route with --moe-router-force-load-balancing (best_practice/qwen3/
+        # run_235b.sh, run_h100_235b.sh); the readme marks the runs that did not (its long-context
+        # table's "dropless" column).
+        execution['moe_imbalance'] = 1.0
     if source == 'megatron2024':
         # Megatron-LM README at f2e5db40: runs use --overlap-grad-reduce --overlap-param-gather
         # --tp-comm-overlap.

@@ -2,6 +2,7 @@
 // layout, legality, GEMM shapes, exchanges, memory, the step program, the search and the exports.
 // Expected values are derived by hand in the comments.
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <string>
 
@@ -139,8 +140,11 @@ TEST(Collectives, AllToAllSendsEachPeerItsShare) {
 
 // Mixtral (8 experts, top-2) with s 4096, b 1, EP 4: each rank holds 2 experts and receives its
 // 4096 tokens x 2 copies = 8192 rows, 4096 per expert. With the busiest expert at 2x the mean the
-// busiest rank holds (2 - 1 + 2) / 2 = 1.5x the mean (6144 per expert); a capacity factor of 1.25
-// caps that expert: (1 + 1.25) / 2 = 1.125x (4608).
+// experts' spread is σ = (2 − 1) / z_8 = 1 / 1.4236003 and the busiest of 4 ranks of 2 experts
+// holds 1 + z_4 σ / √2 = 1 + 1.0293754 / (1.4236003 × 1.4142136) = 1.5112943x the mean
+// (6190 rows per expert, rounded). A capacity factor of 1.25 caps the busiest expert:
+// 1 + 0.25 × 0.5112943 = 1.1278236x (4620 rows). With an expert per rank (EP 8) the busiest rank
+// is the busiest expert; without EP no rank is busier than another.
 TEST(LayerCost, ExpertGemmsFollowEpAndTheBusiestExpert) {
   const ModelSpec m = load("mixtral-8x7b");
   auto fc1 = [&](double load) {
@@ -153,11 +157,44 @@ TEST(LayerCost, ExpertGemmsFollowEpAndTheBusiestExpert) {
   EXPECT_EQ(fc1(1.0).n, 2 * 14336);
   Plan p = plan(1, 1, 4, 4, 4096);
   p.execution.moe_imbalance = 2.0;
-  EXPECT_DOUBLE_EQ(expert_load(m, p), 1.5);
-  EXPECT_EQ(fc1(expert_load(m, p)).m, 6144);
+  EXPECT_NEAR(expert_load(m, p), 1.5112943, 1e-6);
+  EXPECT_EQ(fc1(expert_load(m, p)).m, 6190);
   p.execution.moe_capacity_factor = 1.25;
-  EXPECT_DOUBLE_EQ(expert_load(m, p), 1.125);
-  EXPECT_EQ(fc1(expert_load(m, p)).m, 4608);
+  EXPECT_NEAR(expert_load(m, p), 1.1278236, 1e-6);
+  EXPECT_EQ(fc1(expert_load(m, p)).m, 4620);
+  p.execution.moe_capacity_factor = 0;
+  p.ep = 8;
+  EXPECT_DOUBLE_EQ(expert_load(m, p), 2.0);
+  p.ep = 1;
+  EXPECT_DOUBLE_EQ(expert_load(m, p), 1.0);
+}
+
+// The default busiest expert, a trained router's on real text: 1 + √π Gini z_E. Mixtral (GQA, 8
+// experts): 1 + 1.7724539 × 0.105 × 1.4236003 = 1.264943; with 128 experts (Qwen3-235B):
+// 1 + 0.1861077 × 2.5945974 = 1.482874; DeepSeek-V2-Lite (MLA, 64 experts, z 2.3437335):
+// 1 + 1.7724539 × 0.24 × 2.3437335 = 1.996998. An input beyond E/k (every token chose the expert)
+// is capped there: Mixtral's 4.
+TEST(LayerCost, DefaultRoutingImbalance) {
+  ModelSpec m = load("mixtral-8x7b");
+  Plan p = plan(1, 1, 8, 8, 4096);
+  EXPECT_NEAR(busiest_expert(m, p), 1.264943, 1e-6);
+  EXPECT_NEAR(expert_load(m, p), busiest_expert(m, p), 1e-12);  // an expert per rank
+  EXPECT_NEAR(busiest_expert(load("deepseek-v2-lite"), p), 1.996998, 1e-6);
+  p.execution.moe_imbalance = 10;
+  EXPECT_DOUBLE_EQ(busiest_expert(m, p), 4.0);
+  m.experts = 128, m.experts_per_token = 8;
+  p.execution.moe_imbalance = 0;
+  EXPECT_NEAR(busiest_expert(m, p), 1.482874, 1e-6);
+}
+
+// The expected maximum of n standard normals: 1/√π for two; tabulated (Harter 1961) 1.029375 for
+// 4, 1.423600 for 8, 1.765991 for 16; 0 for one.
+TEST(LayerCost, ExpectedMaximumOfNormals) {
+  EXPECT_EQ(expected_max_of_normals(1), 0.0);
+  EXPECT_NEAR(expected_max_of_normals(2), 1 / std::sqrt(3.141592653589793), 1e-12);
+  EXPECT_NEAR(expected_max_of_normals(4), 1.029375, 1e-6);
+  EXPECT_NEAR(expected_max_of_normals(8), 1.423600, 1e-6);
+  EXPECT_NEAR(expected_max_of_normals(16), 1.765991, 1e-6);
 }
 
 // MLA (DeepSeek-V2-Lite: 16 heads, Q/K head 128 + 64 = 192, V head 128): QK^T 2 s 16 x 192 and
@@ -189,12 +226,21 @@ TEST(Activations, ContextParallelAndFp8) {
 // EP token all-to-alls: Mixtral, s 4096, b 1, TP 1, EP 4 inside a node. Each rank's routed copies,
 // 4096 x 2 x 4096 x 2 bytes = 67,108,864, go out in 4 all-to-alls a layer (dispatch and combine,
 // forward and backward), each sending 3/4 of them: 4 x 50,331,648 = 201,326,592 bytes.
+// With the busiest expert at 2x the mean the busiest rank receives and returns 1.5112943x the mean
+// (ExpertGemmsFollowEpAndTheBusiestExpert), and each all-to-all lasts until it has: the bytes
+// counted stay the mean's.
 TEST(StepCosts, ExpertAllToAllBytes) {
   const ModelSpec m = load("mixtral-8x7b");
-  const LayerTiming t = layer_timing(m, round_cluster(), plan(1, 1, 4, 4, 4096));
+  Plan p = plan(1, 1, 4, 4, 4096);
+  p.execution.moe_imbalance = 1;
+  const LayerTiming t = layer_timing(m, round_cluster(), p);
   EXPECT_DOUBLE_EQ(t.ep_bytes, 201326592.0);
   // Each all-to-all: 1 us + 3 x 16,777,216 B / 100 GB/s; two forward.
   EXPECT_NEAR(t.exchange_forward_s, 2 * (1e-6 + 3 * 16777216.0 / 100e9), 1e-12);
+  p.execution.moe_imbalance = 2;
+  const LayerTiming skewed = layer_timing(m, round_cluster(), p);
+  EXPECT_DOUBLE_EQ(skewed.ep_bytes, 201326592.0);
+  EXPECT_NEAR(skewed.exchange_forward_s, 2 * (1e-6 + 1.5112943 * 3 * 16777216.0 / 100e9), 1e-9);
 }
 
 // DeepEP sends a token once to each other node holding one of its experts. Mixtral (8 experts,
@@ -214,6 +260,7 @@ TEST(StepCosts, DeepEpSendsATokenOncePerRemoteNode) {
   // all-to-all takes the longer of 11/14 of a token's bytes per token over the NIC and 7/8 of the
   // copies forwarded over NVLink.
   Plan p = plan(1, 1, 16, 16, 4096);
+  p.execution.moe_imbalance = 1;
   const ClusterSpec c = round_cluster();
   const LinkTier link = group_link(c, p, GroupKind::kEp);
   ASSERT_TRUE(link.crosses_nodes);
@@ -417,14 +464,16 @@ TEST(StepProgram, ExpertGradientsReduceOverTheirOwnRanks) {
   EXPECT_DOUBLE_EQ(mem.optimizer, 12 * (split.dense / 4 + split.expert / 2));
 }
 
-// The acceptance: Mixtral-8x7B and DeepSeek-V2-Lite rank plans with EP, a 131,072-token
-// Llama-3.1-8B plan with CP fits and ranks, and FP8 plans price the FP8 peak.
+// The acceptance: Mixtral-8x7B and DeepSeek-V2-Lite rank plans with EP (routed with forced
+// balance, as the published MoE benchmarks are), a 131,072-token Llama-3.1-8B plan with CP fits
+// and ranks, and FP8 plans price the FP8 peak.
 TEST(Search, RanksExpertAndContextParallelPlans) {
   const ClusterSpec c = load_cluster("dgx-h100").value();
   SearchOptions o;
   o.top_k = 3;
   o.threads = 2;
   o.gpus = 64, o.seq_len = 4096, o.global_batch = 512;
+  o.execution.moe_imbalance = 1;
   const SearchResult mixtral = search(load("mixtral-8x7b"), c, o).value();
   ASSERT_FALSE(mixtral.plans.empty());
   EXPECT_GT(mixtral.plans[0].plan.ep, 1);
@@ -436,6 +485,10 @@ TEST(Search, RanksExpertAndContextParallelPlans) {
   o.top_k = 3;
   ASSERT_EQ(lite.plans.size(), 5u);
   EXPECT_TRUE(std::any_of(lite.plans.begin(), lite.plans.end(), [](const RankedPlan& r) { return r.plan.ep > 1; }));
+  // A trained router's default imbalance costs the EP plans: Mixtral's best is slower.
+  o.gpus = 64;
+  o.execution.moe_imbalance = 0;
+  EXPECT_GT(search(load("mixtral-8x7b"), c, o).value().plans[0].report.step_time_s, mixtral.plans[0].report.step_time_s);
   o.gpus = 64, o.seq_len = 131072, o.global_batch = 32;
   const SearchResult longctx = search(load("llama3.1-8b"), c, o).value();
   ASSERT_FALSE(longctx.plans.empty());
