@@ -177,8 +177,10 @@ std::vector<Gemm> layer_gemms(const ModelSpec& m, const GemmShape& s) {
     const int64_t local = m.experts / s.ep, etp = s.etp > 0 ? s.etp : tp;
     const double routed = d(tokens) * d(m.experts_per_token) * s.expert_load / d(tp / etp);
     const int64_t per_expert = std::max<int64_t>(1, static_cast<int64_t>(std::llround(routed / d(local))));
-    g.push_back({"fc1", per_expert, mlp_width(m) / etp, h, local});
-    g.push_back({"fc2", per_expert, h, m.ffn_hidden / etp, local});
+    const double mean_rows = routed / s.expert_load / d(local);
+    const double sd = s.ragged_experts ? std::sqrt(d(per_expert) + std::pow(s.expert_spread * mean_rows, 2)) : 0.0;
+    g.push_back({"fc1", per_expert, mlp_width(m) / etp, h, local, sd});
+    g.push_back({"fc2", per_expert, h, m.ffn_hidden / etp, local, sd});
     if (m.shared_ffn_hidden > 0) {
       const int64_t shared_width = m.gated_mlp() ? 2 * m.shared_ffn_hidden : m.shared_ffn_hidden;
       g.push_back({"shared_fc1", tokens, shared_width / tp, h});

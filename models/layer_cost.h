@@ -105,16 +105,20 @@ double hardware_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t glob
 // backward needs: K and O, and up for a gated MLP.
 int64_t ops_recomputed_matmul_weights(const ModelSpec& m);
 
-// One GEMM of a layer's forward pass on one TP rank: `batch` independent M x N x K products.
+// One GEMM of a layer's forward pass on one TP rank: `batch` independent M x N x K products. A
+// grouped GEMM's experts hold ragged rows: M is their mean and `m_sd` their spread, which makes
+// the row tiles executed their expectation rather than M's (simulator/compute_cost.h).
 struct Gemm {
   const char* name;
   int64_t m, n, k;
   int64_t batch = 1;
+  double m_sd = 0;
   double flops() const { return 2.0 * static_cast<double>(m) * n * k * batch; }
 };
 // The backward of a forward GEMM Y = X W (M x N, reduced over K) is two GEMMs of the same FLOPs:
-// dX = dY W^T (M x K over N) and dW = X^T dY (K x N over M).
-inline Gemm input_gradient_gemm(const Gemm& g) { return {g.name, g.m, g.k, g.n, g.batch}; }
+// dX = dY W^T (M x K over N, the rows as ragged) and dW = X^T dY (K x N over M, ragged only in
+// the reduction).
+inline Gemm input_gradient_gemm(const Gemm& g) { return {g.name, g.m, g.k, g.n, g.batch, g.m_sd}; }
 inline Gemm weight_gradient_gemm(const Gemm& g) { return {g.name, g.k, g.n, g.m, g.batch}; }
 
 // The forward GEMMs of one layer for a micro-batch of b sequences of length s on TP degree t
@@ -124,11 +128,15 @@ std::vector<Gemm> layer_gemms(const ModelSpec& m, int64_t seq_len, int64_t micro
 // The same on one rank of a CP x EP plan: each CP rank's s / cp rows of every sequence (attention
 // scores against all s keys); an EP rank's experts / ep experts split over expert TP `etp` (0:
 // tp), their tokens the mean load times `expert_load` (the busiest EP rank's load over the mean;
-// 1: balanced). Below tp, each rank dispatches its tp / etp share of the tokens.
+// 1: balanced). Below tp, each rank dispatches its tp / etp share of the tokens. Unless padded to
+// a capacity, an expert's rows are ragged: a count of independent choices (spread √rows) and the
+// routing's spread `expert_spread` (a share of the mean rows; busiest_expert's σ).
 struct GemmShape {
   int64_t seq_len = 1, micro_batch = 1, tp = 1, cp = 1, ep = 1;
   double expert_load = 1.0;
   int64_t etp = 0;
+  bool ragged_experts = false;
+  double expert_spread = 0;
 };
 std::vector<Gemm> layer_gemms(const ModelSpec& m, const GemmShape& shape);
 

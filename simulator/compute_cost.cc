@@ -6,12 +6,26 @@
 
 namespace parallax {
 
+double expected_tiles(double rows, double rows_sd, int64_t tile) {
+  const double t = static_cast<double>(tile);
+  if (rows_sd <= 0) return std::ceil(rows / t);
+  // Spread over a tile or more, the fractional tile is uniform to 1e-8 (its departure decays as
+  // exp(-2 pi^2 (sd / t)^2)): half a tile on average beyond the mean's rows.
+  if (rows_sd >= t) return rows / t + 0.5;
+  // E[ceil(r / t)] = sum over j >= 0 of P(r > j t), r ~ N(rows, rows_sd): 1 below 6 spreads
+  // under the mean, 0 above 6 over it (erfc(6 / sqrt 2) = 2e-9), a dozen terms between.
+  const double first = std::max(0.0, std::ceil((rows - 6 * rows_sd) / t));
+  double tiles = first;
+  for (double j = first; j * t < rows + 6 * rows_sd; ++j) tiles += 0.5 * std::erfc((j * t - rows) / (rows_sd * std::sqrt(2.0)));
+  return tiles;
+}
+
 double wave_efficiency(const GpuSpec& gpu, const Gemm& g) {
   auto tile = [](int64_t dim, int64_t max_tile) { return std::min(max_tile, (dim + 15) / 16 * 16); };
   const int64_t tm = tile(g.m, gpu.gemm_tile_m), tn = tile(g.n, gpu.gemm_tile_n);
-  const int64_t tiles = ((g.m + tm - 1) / tm) * ((g.n + tn - 1) / tn) * g.batch;
-  const int64_t waves = (tiles + gpu.sm_count - 1) / gpu.sm_count;
-  const double executed = static_cast<double>(waves) * gpu.sm_count * tm * tn;
+  const double tiles = expected_tiles(static_cast<double>(g.m), g.m_sd, tm) * static_cast<double>((g.n + tn - 1) / tn * g.batch);
+  const double waves = std::ceil(tiles / static_cast<double>(gpu.sm_count));
+  const double executed = waves * static_cast<double>(gpu.sm_count * tm * tn);
   return static_cast<double>(g.m) * g.n * g.batch / executed;
 }
 

@@ -13,9 +13,13 @@ namespace parallax {
 // Efficiency of one GEMM shape: max * prod over M, N, K of d / (d + half_dim), times the wave
 // quantization of its output tiles (useful tiles / tiles of whole waves; tiles shrink to the
 // problem for small dimensions, in steps of 16). A GPU with a measured gemm_grid interpolates it
-// instead.
+// instead. Ragged rows (Gemm::m_sd) execute the expected row tiles of their spread.
 double gemm_efficiency(const GpuSpec& gpu, const Gemm& g);
 double wave_efficiency(const GpuSpec& gpu, const Gemm& g);
+// Row tiles of `tile` rows an M of `rows` executes: ceil(rows / tile), or with ragged rows spread
+// normally by rows_sd its expectation, the sum over j >= 0 of P(M > j tile) (rows / tile + 1/2
+// once the spread reaches a tile).
+double expected_tiles(double rows, double rows_sd, int64_t tile);
 double gemm_time_s(const GpuSpec& gpu, Precision p, const Gemm& g);
 // The bytes a GEMM's kernel must move through HBM at least once: both inputs (1 byte per element
 // in FP8, else 2; fp32 is 4) and its bf16 (fp32: 4-byte) output, each `batch` times.

@@ -54,7 +54,12 @@ GemmTimes gemm_times(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
                                                        : 10.0;
   GemmTimes t;
   const bool flash = plan.execution.attention == AttentionKernel::kFlash;
-  const GemmShape shape{plan.seq_len, plan.micro_batch, plan.tp, plan.cp, plan.ep, expert_load(m, plan), plan.expert_tp()};
+  // Dropping tokens at a capacity pads every expert to it (Megatron's capacity factor as the
+  // published recipes pair it with --moe-pad-expert-input-to-capacity); dropless rows are ragged.
+  const bool ragged = m.is_moe() && plan.execution.moe_capacity_factor <= 0;
+  const double spread = ragged ? (busiest_expert(m, plan) - 1) / expected_max_of_normals(m.experts) : 0.0;
+  const GemmShape shape{plan.seq_len, plan.micro_batch, plan.tp,  plan.cp, plan.ep, expert_load(m, plan),
+                        plan.expert_tp(), ragged,      spread};
   for (const Gemm& g : layer_gemms(m, shape)) {
     const bool core = is_core(g.name);
     const Precision prec = core || std::string_view(g.name) == "router" ? base : plan.precision;

@@ -83,6 +83,33 @@ TEST(ComputeCost, WaveQuantization) {
   EXPECT_DOUBLE_EQ(wave_efficiency(gpu, Gemm{"g", 40, 40, 64}), 1600.0 / (10 * 48.0 * 48.0));
 }
 
+// Ragged rows: 512 rows fill two 256-row tiles exactly; spread by √512 = 22.6 (a count of random
+// choices) half the experts pass 512 and start a third: P(M > 0) + P(M > 256) + P(M > 512) +
+// P(M > 768) = 1 + 1 + 1/2 + 0 = 2.5 row tiles. A grouped GEMM of 16 such experts, N 128, on 8 SMs:
+// 2.5 x 16 = 40 tiles in 5 waves where exact rows ran 32 in 4: 0.8 x the efficiency.
+TEST(ComputeCost, RaggedRowsExecuteTheirExpectedTiles) {
+  EXPECT_DOUBLE_EQ(expected_tiles(512, 0, 256), 2.0);
+  EXPECT_DOUBLE_EQ(expected_tiles(513, 0, 256), 3.0);
+  EXPECT_NEAR(expected_tiles(512, std::sqrt(512.0), 256), 2.5, 1e-12);
+  // Spread over a whole tile the fractional tile is uniform: the sum, taken term by term, is the
+  // mean's rows / tile + 1/2.
+  double sum = 0;
+  for (int j = 0; j < 64; ++j) sum += 0.5 * std::erfc((j * 256.0 - 3000) / (256 * std::sqrt(2.0)));
+  EXPECT_NEAR(sum, 3000.0 / 256 + 0.5, 1e-7);
+  EXPECT_DOUBLE_EQ(expected_tiles(3000, 256, 256), 3000.0 / 256 + 0.5);
+  GpuSpec gpu;
+  gpu.sm_count = 8;
+  gpu.gemm_tile_m = 256;
+  gpu.gemm_tile_n = 128;
+  const Gemm exact{"fc1", 512, 128, 64, 16};
+  Gemm ragged = exact;
+  ragged.m_sd = std::sqrt(512.0);
+  EXPECT_DOUBLE_EQ(wave_efficiency(gpu, exact), 1.0);
+  EXPECT_NEAR(wave_efficiency(gpu, ragged), 0.8, 1e-12);
+  EXPECT_EQ(input_gradient_gemm(ragged).m_sd, ragged.m_sd);  // dX keeps the rows
+  EXPECT_EQ(weight_gradient_gemm(ragged).m_sd, 0.0);         // dW reduces over them
+}
+
 // A measured grid, dims {1024, 4096} on the round GPU (100 TFLOP/s): 80 TFLOP/s at every corner
 // but (4096, 4096, 4096), 40. At the corner (1024, 1024, 1024): 0.8. At M = N = K = 2048, halfway
 // in log2 on each axis, every corner weighs 1/8: (7 x 80 + 40) / 8 = 75 TFLOP/s = 0.75. Beyond the
