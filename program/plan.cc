@@ -352,7 +352,7 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   if (f.has("fp8_recipe")) e.fp8_recipe = read_enum(f, "fp8_recipe", parse_fp8_recipe, "delayed|current|rowwise", e.fp8_recipe);
   e.fp8_param_gather = f.optional_bool("fp8_param_gather", e.fp8_param_gather);
   if (f.ok() && e.moe_imbalance != 0 && (e.moe_imbalance < 1 || e.moe_imbalance > 1e3))
-    f.fail("moe_imbalance", "must be between 1 (balanced) and 1000, or 0 (the dropless default)");
+    f.fail("moe_imbalance", "must be between 1 (balanced) and 1000, or 0 (a trained router's default)");
   if (f.ok() && e.moe_capacity_factor > 1e3) f.fail("moe_capacity_factor", "must be <= 1000 (0: dropless)");
   // Bounds that keep every derived byte count and time finite.
   if (f.ok() && e.dp_bucket_mib > 1e6) f.fail("dp_bucket_mib", "must be <= 1e6");

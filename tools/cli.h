@@ -79,11 +79,11 @@ void add_execution_flags(CLI::App& app, ExecutionFlags& f);
 Execution execution_or_fail(const ExecutionFlags& f);
 // One line for tables: "framework torchtitan: kernels eager, selective ops, fp32 gradients".
 std::string describe_execution(const Execution& e);
-// "model details not priced: ..." for a model with any (ModelSpec::unpriced), else "".
 // How an MoE plan's routing is priced: the busiest expert and EP rank over the mean, and whence
 // ("" / null for a dense model).
 std::string moe_routing_line(const ModelSpec& m, const Plan& p);
 nlohmann::json moe_routing_json(const ModelSpec& m, const Plan& p);
+// "model details not priced: ..." for a model with any (ModelSpec::unpriced), else "".
 std::string unpriced_line(const ModelSpec& m);
 // {"name", "description", "settings": [{key, value, source}]} of the plan's profile, or null.
 nlohmann::json framework_json(const Execution& e);
