@@ -164,12 +164,12 @@ std::string describe_execution(const Execution& e) {
 std::string moe_routing_line(const ModelSpec& m, const Plan& p) {
   if (!m.is_moe()) return "";
   const Execution& e = p.execution;
-  const std::string source = e.moe_capacity_factor > 0 && e.moe_capacity_factor <= busiest_expert(m, p) ? "capacity factor"
-                             : e.moe_imbalance == 0 ? "a trained router's, by default"
-                                                    : "moe_imbalance";
+  const bool capped = e.moe_capacity_factor > 0 && e.moe_capacity_factor <= busiest_expert(m, p);
+  const bool by_default = !capped && e.moe_imbalance == 0;
+  const std::string source = capped ? "capacity factor" : by_default ? "a trained router's, by default" : "moe_imbalance";
   return "MoE routing: busiest expert " + fixed(busiest_expert(m, p), 2) + "x the mean (" + source + ")" +
          (p.ep > 1 ? ", busiest EP rank " + fixed(expert_load(m, p), 2) + "x" : "") +
-         (e.moe_imbalance == 0 ? "; --moe-imbalance 1 prices forced balance" : "");
+         (by_default ? "; --moe-imbalance 1 prices forced balance" : "");
 }
 
 nlohmann::json moe_routing_json(const ModelSpec& m, const Plan& p) {

@@ -291,6 +291,22 @@ TEST(Planner, BadClusterFile) {
                    "c.json: gpu: key 'name': missing required key");
 }
 
+// The MoE routing priced, shown: Mixtral's default busiest expert 1 + √π 0.105 z_8 = 1.264943
+// (LayerCost.DefaultRoutingImbalance), one expert per rank at EP 8; --moe-imbalance 1 is balance.
+TEST(Simulate, ShowsTheMoeRouting) {
+  const std::string plan = "--model mixtral-8x7b --tp 1 --pp 1 --dp 64 --ep 8 --zero 1 --micro-batch 1";
+  ToolRun r = run("simulate", plan + " --format json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json routing = nlohmann::json::parse(r.out)["moe_routing"];
+  EXPECT_NEAR(routing["busiest_expert"].get<double>(), 1.264943, 1e-6);
+  EXPECT_NEAR(routing["busiest_ep_rank"].get<double>(), 1.264943, 1e-6);
+  EXPECT_TRUE(routing["default"].get<bool>());
+  ToolRun table = run("simulate", plan + " --moe-imbalance 1");
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("MoE routing: busiest expert 1.00x the mean (moe_imbalance), busiest EP rank 1.00x\n"),
+            std::string::npos);
+}
+
 TEST(Simulate, FlagsAndDefaults) {
   ToolRun r = run("simulate", "--model 13b --tp 8 --pp 2 --dp 4 --micro-batch 1 --format json");
   ASSERT_EQ(r.code, 0) << r.err;
