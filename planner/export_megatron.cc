@@ -177,30 +177,6 @@ void block_arguments(const ModelSpec& m, Args& arg) {
   }
 }
 
-// Why Megatron-LM cannot run `p` (with `m`) as priced, or "".
-std::string plan_refusal(const ModelSpec& m, const Plan& p) {
-  if (m.is_moe() && p.tp > 1 && !p.sequence_parallel)
-    return "Megatron-Core needs --sequence-parallel for MoE with tensor parallelism";
-  // ZeRO-2/3 are Megatron-FSDP's optim_grads / optim_grads_params, on its no-pipelining path.
-  if (p.zero >= 2 && p.pp > 1)
-    return "zero " + std::to_string(p.zero) + " runs as Megatron-FSDP without pipeline parallelism (pp 1), not pp " + std::to_string(p.pp);
-  if (p.zero >= 2 && !p.execution.overlap_grad_reduce)
-    return "zero " + std::to_string(p.zero) + " is priced with its layers' gathers and reductions overlapped, which Megatron-FSDP "
-           "does only with --overlap-grad-reduce (execution.overlap_grad_reduce)";
-  // arguments.py: optimizer offload with --fp8-param-gather needs the delayed recipe.
-  if (p.offload && p.precision == Precision::kFp8 && p.execution.fp8_param_gather && p.execution.fp8_recipe != Fp8Recipe::kDelayed)
-    return "optimizer offload with fp8_param_gather needs fp8_recipe delayed (Megatron's validate_args)";
-  if (p.precision == Precision::kFp8 && p.execution.fp8_recipe == Fp8Recipe::kRowwise)
-    return "fp8_recipe rowwise has no Megatron-LM recipe (--fp8-recipe delayed|tensorwise|mxfp8|blockwise)";
-  if ((p.schedule == Schedule::kGpipe || p.schedule == Schedule::kZbH1) && p.pp > 1)
-    return std::string("schedule ") + schedule_name(p.schedule) + " is not in Megatron-LM (it runs 1f1b or interleaved)";
-  if (p.execution.moe_a2a_overlap && p.ep > 1 && p.pp > 1 && p.schedule != Schedule::kInterleaved)
-    return "moe_a2a_overlap with pp > 1 needs the interleaved schedule (Megatron-Core's TransformerConfig)";
-  if (p.execution.moe_a2a_overlap && p.ep > 1 && p.recompute == Recompute::kFull)
-    return "moe_a2a_overlap runs without full recompute (Megatron-Core's TransformerConfig)";
-  return "";
-}
-
 // Parallelism, batch and schedule.
 void parallel_arguments(const ModelSpec& m, const Plan& p, Args& arg) {
   arg("--tensor-model-parallel-size", p.tp);
@@ -291,8 +267,8 @@ void training_arguments(const ModelSpec& m, const Plan& p, Args& arg) {
 }  // namespace
 
 Result<std::string> megatron_arguments(const ModelSpec& m, const Plan& p) {
-  if (std::string why = megatron_model_refusal(m); !why.empty()) return Error{"--emit megatron: " + why};
-  if (std::string why = plan_refusal(m, p); !why.empty()) return Error{"--emit megatron: " + why};
+  // What --framework megatron refuses to list is what this cannot write, one rule set for both.
+  if (std::string why = framework_refusal("megatron", p, m); !why.empty()) return Error{"--emit megatron: " + why};
   std::vector<std::string> a;
   Args arg{a};
   parallel_arguments(m, p, arg);

@@ -131,6 +131,11 @@ std::string megatron_refusal(const std::string& name, const Plan& p, const Model
     return name + " overlaps Megatron-FSDP's gathers and reductions only with overlap_grad_reduce";
   if (p.pp > 1 && p.schedule != Schedule::k1F1B && p.schedule != Schedule::kInterleaved)
     return name + " pipelines run 1f1b or interleaved, not " + schedule_name(p.schedule);
+  // arguments.py: optimizer offload with --fp8-param-gather needs the delayed recipe.
+  if (p.offload && p.precision == Precision::kFp8 && p.execution.fp8_param_gather && p.execution.fp8_recipe != Fp8Recipe::kDelayed)
+    return name + ": optimizer offload with fp8_param_gather needs fp8_recipe delayed (validate_args)";
+  if (p.precision == Precision::kFp8 && p.execution.fp8_recipe == Fp8Recipe::kRowwise)
+    return name + " has no fp8_recipe rowwise (--fp8-recipe delayed|tensorwise|mxfp8|blockwise)";
   if (p.offload && p.zero != 1) return name + " offloads the optimizer only with the distributed optimizer (zero 1)";
   // Megatron-Core's TransformerConfig asserts these for --overlap-moe-expert-parallel-comm.
   if (p.execution.moe_a2a_overlap && p.ep > 1 && p.pp > 1 && p.schedule != Schedule::kInterleaved)

@@ -122,8 +122,7 @@ TEST(Megatron, RefusesWhatItCannotExpress) {
   p.virtual_stages = 1;
   p.zero = 3;
   EXPECT_EQ(megatron_arguments(load("13b"), p).error(),
-            "--emit megatron: zero 3 is priced with its layers' gathers and reductions overlapped, which Megatron-FSDP does only "
-            "with --overlap-grad-reduce (execution.overlap_grad_reduce)");
+            "--emit megatron: megatron overlaps Megatron-FSDP's gathers and reductions only with overlap_grad_reduce");
   p.execution.overlap_grad_reduce = true;
   // ZeRO-3 is Megatron-FSDP's full sharding, its gathers prefetched as priced.
   const std::string fsdp = megatron_arguments(load("13b"), p).value();
@@ -134,7 +133,7 @@ TEST(Megatron, RefusesWhatItCannotExpress) {
   EXPECT_NE(megatron_arguments(load("13b"), p).value().find("--data-parallel-sharding-strategy optim_grads "), std::string::npos);
   p.pp = 2;
   EXPECT_EQ(megatron_arguments(load("13b"), p).error(),
-            "--emit megatron: zero 2 runs as Megatron-FSDP without pipeline parallelism (pp 1), not pp 2");
+            "--emit megatron: megatron runs ZeRO 2 as Megatron-FSDP, without pipeline parallelism (pp 1), not pp 2");
   p = plan();
   p.schedule = Schedule::kZbH1;
   p.virtual_stages = 1;
