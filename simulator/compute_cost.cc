@@ -23,8 +23,13 @@ double expected_tiles(double rows, double rows_sd, int64_t tile) {
 double wave_efficiency(const GpuSpec& gpu, const Gemm& g) {
   auto tile = [](int64_t dim, int64_t max_tile) { return std::min(max_tile, (dim + 15) / 16 * 16); };
   const int64_t tm = tile(g.m, gpu.gemm_tile_m), tn = tile(g.n, gpu.gemm_tile_n);
-  const double tiles = expected_tiles(static_cast<double>(g.m), g.m_sd, tm) * static_cast<double>((g.n + tn - 1) / tn * g.batch);
-  const double waves = std::ceil(tiles / static_cast<double>(gpu.sm_count));
+  const int64_t columns = (g.n + tn - 1) / tn * g.batch;
+  double waves = 0;
+  if (g.m_sd > 0) {
+    waves = std::ceil(expected_tiles(static_cast<double>(g.m), g.m_sd, tm) * static_cast<double>(columns) / static_cast<double>(gpu.sm_count));
+  } else {  // the common case in integers: every GEMM of every plan the search prices comes here
+    waves = static_cast<double>(((g.m + tm - 1) / tm * columns + gpu.sm_count - 1) / gpu.sm_count);
+  }
   const double executed = waves * static_cast<double>(gpu.sm_count * tm * tn);
   return static_cast<double>(g.m) * g.n * g.batch / executed;
 }
