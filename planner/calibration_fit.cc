@@ -139,7 +139,7 @@ std::vector<double> predict_some(const std::vector<MeasuredRun>& runs, const Cal
 // One fitted number: a parameter (for the sustained fraction, of one power class).
 struct Slot {
   const CalParamDef* def;
-  std::string power_class;  // or, for the layer gap, the framework family
+  std::string power_class;  // or the framework family (CalParamDef::key); "" for one value
   std::string label() const { return power_class.empty() ? def->name : std::string(def->name) + "." + power_class; }
   double value(const Calibration& c) const { return c.value(def->id, power_class); }
   double to_unit(double v) const { return (v - def->lo) / (def->hi - def->lo); }
@@ -152,7 +152,8 @@ bool touches(const Slot& s, const MeasuredRun& r) {
     case CalParam::kLayerGap: return framework_family(r.plan.execution.framework) == s.power_class;
     case CalParam::kFp8Gemm: return r.plan.precision == Precision::kFp8;
     case CalParam::kGroupedGemm: return r.model.is_moe();
-    case CalParam::kTpOverlapExposed: return r.plan.execution.tp_comm_overlap && r.plan.tp > 1;
+    case CalParam::kTpOverlapExposed:
+      return r.plan.execution.tp_comm_overlap && r.plan.tp > 1 && framework_family(r.plan.execution.framework) == s.power_class;
     case CalParam::kEpOverlapExposed: return r.plan.execution.moe_a2a_overlap && r.plan.ep > 1;
     case CalParam::kChunkPassOverhead: return true;
     case CalParam::kCollectiveEfficiency: return r.plan.gpus() > 1;
@@ -168,7 +169,7 @@ std::vector<Slot> slots_for(const std::vector<MeasuredRun>& runs, const std::vec
     if (use[i]) classes[runs[i].cluster.gpu.power_class] = families[framework_family(runs[i].plan.execution.framework)] = true;
   for (const CalParamDef& d : calibration_params()) {
     if (std::find(fixed.begin(), fixed.end(), d.id) != fixed.end()) continue;
-    const bool by_class = d.id == CalParam::kSustainedTensor, by_family = d.id == CalParam::kLayerGap;
+    const bool by_class = d.key == CalKey::kPowerClass, by_family = d.key == CalKey::kFamily;
     if (!by_class && !by_family) candidates.push_back({&d, ""});
     for (const auto& [key, _] : by_class ? classes : by_family ? families : std::map<std::string, bool>{})
       candidates.push_back({&d, key});
@@ -212,18 +213,17 @@ struct Objective {
 // prediction.
 Calibration without_unfitted(Calibration cal, const std::vector<Slot>& slots) {
   for (const CalParamDef& d : calibration_params()) {
-    const bool keyed = d.id == CalParam::kSustainedTensor || d.id == CalParam::kLayerGap;
-    if (!keyed) {
+    std::map<std::string, double>* values = cal.keyed(d.id);
+    if (!values) {
       bool fitted = false;
       for (const Slot& s : slots) fitted = fitted || s.def->id == d.id;
       if (!fitted) cal.set(d.id, d.neutral);
       continue;
     }
-    std::map<std::string, double>& values = d.id == CalParam::kLayerGap ? cal.layer_gap_us : cal.sustained_tensor;
-    for (auto it = values.begin(); it != values.end();) {
+    for (auto it = values->begin(); it != values->end();) {
       bool fitted = false;
       for (const Slot& s : slots) fitted = fitted || (s.def->id == d.id && s.power_class == it->first);
-      it = fitted ? std::next(it) : values.erase(it);
+      it = fitted ? std::next(it) : values->erase(it);
     }
   }
   return cal;

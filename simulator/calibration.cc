@@ -10,39 +10,43 @@ namespace parallax {
 
 const std::vector<CalParamDef>& calibration_params() {
   static const std::vector<CalParamDef> defs = {
-      {CalParam::kSustainedTensor, "sustained_tensor_fraction", "1", 1.0, 0.70, 1.0,
+      {CalParam::kSustainedTensor, "sustained_tensor_fraction", "1", CalKey::kPowerClass, 1.0, 0.70, 1.0,
        "multiplies every GEMM and fused-attention rate of GPUs of one power class (compute_cost.cc)",
        "the GEMM and attention curves are microbenchmarks of a cool GPU at boost clock; under a training "
        "step's sustained load at the power cap clocks fall (H100 SXM: 1,980 MHz boost), data-dependent power "
        "draw and L2 misses cost more: no public measurement isolates it; from no loss to a 30% loss"},
-      {CalParam::kFp8Gemm, "fp8_gemm_fraction", "1", 1.0, 0.75, 1.0,
+      {CalParam::kFp8Gemm, "fp8_gemm_fraction", "1", CalKey::kNone, 1.0, 0.75, 1.0,
        "multiplies FP8 GEMM efficiency over bf16's at the same shape (compute_cost.cc)",
        "published FP8 GEMM ceilings are 71-81% of the FP8 peak where bf16's are ~80% of its peak "
        "(a public cuBLASLt FP8 8192^3 run: 0.81; dgx-h100.json names it)"},
-      {CalParam::kGroupedGemm, "grouped_gemm_fraction", "1", 1.0, 0.30, 1.0,
+      {CalParam::kGroupedGemm, "grouped_gemm_fraction", "1", CalKey::kNone, 1.0, 0.30, 1.0,
        "multiplies the rate of MoE experts' GEMMs over a dense GEMM of the same shape (compute_cost.cc)",
        "what grouped GEMMs lose beyond the weight streaming the cost model prices at few tokens per expert "
        "(grouped_gemm_time_s): ragged token counts, per-expert launches, permutes; an H200's torch._grouped_mm "
        "runs at 0.90-0.95 of a dense GEMM from 512 tokens per expert on"},
-      {CalParam::kChunkPassOverhead, "chunk_pass_overhead_us", "us", 0.0, 0.0, 3000.0,
+      {CalParam::kChunkPassOverhead, "chunk_pass_overhead_us", "us", CalKey::kNone, 0.0, 0.0, 3000.0,
        "added to every forward and backward compute op of one micro-batch on one stage (step_costs.cc)",
        "host work the GPU waits for once per chunk-pass: the schedule's Python, data and P2P handshakes, "
        "stream synchronisation; about 1 ms is what earlier accuracy work could not otherwise explain"},
-      {CalParam::kTpOverlapExposed, "tp_overlap_exposed", "1", 1.0, 0.0, 1.0,
-       "multiplies the TP collective time of plans that overlap it with the GEMMs (tp_comm_overlap) (step_costs.cc)",
-       "userbuffers and async TP split each GEMM to run beside its collective: published async-TP step "
-       "speed-ups (torchtitan: 8-12%) hide part of it, never more than the GEMMs last; 0 = fully hidden, 1 = none"},
-      {CalParam::kEpOverlapExposed, "ep_overlap_exposed", "1", 1.0, 0.0, 1.0,
+      {CalParam::kTpOverlapExposed, "tp_overlap_exposed", "1", CalKey::kFamily, 1.0, 0.0, 1.0,
+       "multiplies the TP collective time of plans that overlap it with the GEMMs (tp_comm_overlap), per "
+       "framework family (step_costs.cc)",
+       "userbuffers and async TP split each GEMM to run beside its collective, never hiding more than the GEMMs "
+       "last; the two are different code: Transformer Engine's userbuffers also overlap the weight gradient's "
+       "all-gather and the input gradient's reduce-scatter in bulk, PyTorch's async TP fuses only the "
+       "all-gather-matmul and matmul-reduce-scatter pairs the compiler finds (published step speed-ups: "
+       "torchtitan 8-12%); 0 = fully hidden, 1 = none"},
+      {CalParam::kEpOverlapExposed, "ep_overlap_exposed", "1", CalKey::kNone, 1.0, 0.0, 1.0,
        "multiplies the expert all-to-all time a pass hides beside the opposite pass of another micro-batch "
        "(execution.moe_a2a_overlap) (step_costs.cc)",
        "Megatron's 1F1B A2A overlap runs each dispatch and combine beside one block of the other pass, "
        "its kernels holding SMs (DeepEP: 20-24 of 132) the compute beside them loses; the model-zoo's "
        "Qwen3-235B EP 32 step is 11% shorter with it; 0 = fully hidden, 1 = none"},
-      {CalParam::kCollectiveEfficiency, "collective_efficiency", "1", 1.0, 0.30, 1.0,
+      {CalParam::kCollectiveEfficiency, "collective_efficiency", "1", CalKey::kNone, 1.0, 0.30, 1.0,
        "multiplies the bus bandwidth of every collective and transfer, in a node and across nodes (collective_cost.cc)",
        "the cluster's busbw comes from nccl-tests on an idle machine at large messages; a training step's "
        "collectives run at the sizes and rank counts it needs, beside compute, on shared links"},
-      {CalParam::kLayerGap, "layer_gap_us", "us", 0.0, 0.0, 2000.0,
+      {CalParam::kLayerGap, "layer_gap_us", "us", CalKey::kFamily, 0.0, 0.0, 2000.0,
        "added per transformer layer to every forward and backward compute op, per framework family (step_costs.cc)",
        "the GPU idles between a layer's 20-60 kernels where the host does not run far enough ahead: Python "
        "dispatch at 5-20 us per op, FSDP's per-unit copy-in/out and stream waits, allocator syncs; Megatron/TE "
@@ -53,39 +57,47 @@ const std::vector<CalParamDef>& calibration_params() {
 
 const CalParamDef& calibration_param(CalParam p) { return calibration_params()[static_cast<size_t>(p)]; }
 
-double Calibration::value(CalParam p, const std::string& power_class) const {
+std::map<std::string, double>* Calibration::keyed(CalParam p) {
   switch (p) {
-    case CalParam::kSustainedTensor: {
-      // A power class no run measured takes the mean of those that were ("*"), if any.
-      auto it = sustained_tensor.find(power_class);
-      if (it == sustained_tensor.end()) it = sustained_tensor.find("*");
-      return it == sustained_tensor.end() ? 1.0 : it->second;
-    }
+    case CalParam::kSustainedTensor: return &sustained_tensor;
+    case CalParam::kTpOverlapExposed: return &tp_overlap_exposed;
+    case CalParam::kLayerGap: return &layer_gap_us;
+    default: return nullptr;
+  }
+}
+
+const std::map<std::string, double>* Calibration::keyed(CalParam p) const {
+  return const_cast<Calibration*>(this)->keyed(p);
+}
+
+double Calibration::value(CalParam p, const std::string& key) const {
+  if (const std::map<std::string, double>* values = keyed(p)) {
+    auto it = values->find(key);
+    if (it == values->end()) it = values->find("*");
+    return it == values->end() ? calibration_param(p).neutral : it->second;
+  }
+  switch (p) {
     case CalParam::kFp8Gemm: return fp8_gemm;
     case CalParam::kGroupedGemm: return grouped_gemm;
     case CalParam::kChunkPassOverhead: return chunk_pass_overhead_us;
-    case CalParam::kTpOverlapExposed: return tp_overlap_exposed;
     case CalParam::kEpOverlapExposed: return ep_overlap_exposed;
     case CalParam::kCollectiveEfficiency: return collective_efficiency;
-    case CalParam::kLayerGap: {
-      auto it = layer_gap_us.find(power_class);
-      if (it == layer_gap_us.end()) it = layer_gap_us.find("*");
-      return it == layer_gap_us.end() ? 0.0 : it->second;
-    }
+    default: return 0;
   }
-  return 0;
 }
 
-void Calibration::set(CalParam p, double v, const std::string& power_class) {
+void Calibration::set(CalParam p, double v, const std::string& key) {
+  if (std::map<std::string, double>* values = keyed(p)) {
+    (*values)[key] = v;
+    return;
+  }
   switch (p) {
-    case CalParam::kSustainedTensor: sustained_tensor[power_class] = v; return;
     case CalParam::kFp8Gemm: fp8_gemm = v; return;
     case CalParam::kGroupedGemm: grouped_gemm = v; return;
     case CalParam::kChunkPassOverhead: chunk_pass_overhead_us = v; return;
-    case CalParam::kTpOverlapExposed: tp_overlap_exposed = v; return;
     case CalParam::kEpOverlapExposed: ep_overlap_exposed = v; return;
     case CalParam::kCollectiveEfficiency: collective_efficiency = v; return;
-    case CalParam::kLayerGap: layer_gap_us[power_class] = v; return;
+    default: return;
   }
 }
 
@@ -125,8 +137,8 @@ Result<Calibration> calibration_from_json(const nlohmann::json& j, const std::st
     const nlohmann::json& p = params.at(d.name);
     const std::string key = where + ": parameters." + d.name;
     if (!p.is_object() || !p.contains("value")) return Error{key + ": needs a \"value\""};
-    if (d.id == CalParam::kSustainedTensor || d.id == CalParam::kLayerGap) {
-      if (!p.at("value").is_object()) return Error{key + ".value: must map each class to a number"};
+    if (d.key != CalKey::kNone && !p.at("value").is_number()) {
+      if (!p.at("value").is_object()) return Error{key + ".value: must be a number or map each class to one"};
       for (const auto& [cls, v] : p.at("value").items()) {
         if (!v.is_number()) return Error{key + ".value." + cls + ": must be a number"};
         if (std::string e = check_range(d, v.get<double>()); !e.empty()) return Error{key + ": " + e};
@@ -134,9 +146,10 @@ Result<Calibration> calibration_from_json(const nlohmann::json& j, const std::st
       }
       continue;
     }
+    // A keyed parameter given one number holds it for every key.
     if (!p.at("value").is_number()) return Error{key + ".value: must be a number"};
     if (std::string e = check_range(d, p.at("value").get<double>()); !e.empty()) return Error{key + ": " + e};
-    c.set(d.id, p.at("value").get<double>());
+    c.set(d.id, p.at("value").get<double>(), d.key == CalKey::kNone ? "" : "*");
   }
   for (const auto& [name, p] : params.items()) {
     bool known = false;
@@ -161,9 +174,9 @@ nlohmann::json calibration_to_json(const Calibration& c) {
   nlohmann::json params = nlohmann::json::object();
   for (const CalParamDef& d : calibration_params()) {
     nlohmann::json v;
-    if (d.id == CalParam::kSustainedTensor || d.id == CalParam::kLayerGap) {
+    if (const std::map<std::string, double>* values = c.keyed(d.id)) {
       v = nlohmann::json::object();
-      for (const auto& [cls, x] : d.id == CalParam::kLayerGap ? c.layer_gap_us : c.sustained_tensor) v[cls] = x;
+      for (const auto& [cls, x] : *values) v[cls] = x;
     } else {
       v = c.value(d.id);
     }

@@ -29,16 +29,21 @@ enum class CalParam {
   kFp8Gemm,
   kGroupedGemm,
   kChunkPassOverhead,
-  kTpOverlapExposed,
+  kTpOverlapExposed,  // per framework family
   kEpOverlapExposed,
   kCollectiveEfficiency,
-  kLayerGap,          // per framework family: one value per family
+  kLayerGap,          // per framework family
 };
+
+// What a parameter takes one value per: nothing (one value), the GPU's power class, or the
+// framework family (framework_family below).
+enum class CalKey { kNone, kPowerClass, kFamily };
 
 struct CalParamDef {
   CalParam id;
   const char* name;
   const char* unit;
+  CalKey key;
   double neutral, lo, hi;
   const char* place;   // where the cost model uses it
   const char* reason;  // why the prior range is what it is
@@ -59,17 +64,20 @@ struct Calibration {
   std::string name;    // "" = none (the physics-only model)
   std::string source;  // provenance: runs, date, fit
   std::map<std::string, double> sustained_tensor;  // power class -> fraction
-  double fp8_gemm = 1, grouped_gemm = 1, chunk_pass_overhead_us = 0, tp_overlap_exposed = 1, ep_overlap_exposed = 1,
-         collective_efficiency = 1;
-  std::map<std::string, double> layer_gap_us;  // framework family -> idle microseconds per layer pass
+  double fp8_gemm = 1, grouped_gemm = 1, chunk_pass_overhead_us = 0, ep_overlap_exposed = 1, collective_efficiency = 1;
+  std::map<std::string, double> tp_overlap_exposed;  // framework family -> exposed share of TP collectives
+  std::map<std::string, double> layer_gap_us;        // framework family -> idle microseconds per layer pass
   std::vector<PredictionBand> bands;
   nlohmann::json provenance;  // per-run residuals and the fit's summary, as written
 
   bool empty() const { return name.empty(); }
-  // `key`: the power class (sustained fraction) or framework family (layer gap); a key no run
-  // measured takes the mean of those that were ("*").
+  // `key`: the power class or framework family of a keyed parameter (CalParamDef::key); a key no
+  // run measured takes the mean of those that were ("*"), and none at all the neutral value.
   double value(CalParam p, const std::string& key = "") const;
   void set(CalParam p, double v, const std::string& key = "");
+  // A keyed parameter's values by key; nullptr for one that is not keyed.
+  std::map<std::string, double>* keyed(CalParam p);
+  const std::map<std::string, double>* keyed(CalParam p) const;
   // The calibrated host time of one forward or backward pass of a chunk under `framework`: the
   // chunk-pass overhead plus, per layer, the layer gap of its family.
   struct HostCost {

@@ -297,7 +297,9 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const LinkTier link = group_link(c, plan, GroupKind::kTp);
   const LinkTier mlp_link = group_link(c, place_group(mlp_ranks, 1, c.node.gpus));
   // Overlapped with the GEMMs (userbuffers, async TP), the calibrated share stays exposed.
-  const double exposed = plan.execution.tp_comm_overlap ? c.calibration.tp_overlap_exposed : 1.0;
+  const double exposed = plan.execution.tp_comm_overlap
+                             ? c.calibration.value(CalParam::kTpOverlapExposed, framework_family(plan.execution.framework))
+                             : 1.0;
   auto pair_s = [&](Collective op) {
     return exposed * (collective_time_s(op, tp_msg, plan.tp, link) + collective_time_s(op, mlp_msg, mlp_ranks, mlp_link));
   };

@@ -75,8 +75,8 @@ std::string parameter_table(const CrossValidation& cv) {
   const Calibration& c = cv.all.calibration;
   for (const CalParamDef& d : calibration_params()) {
     const std::string prior = std::string("[") + cli::fixed(d.lo, 2) + ", " + cli::fixed(d.hi, 2) + "]";
-    if (d.id == CalParam::kSustainedTensor || d.id == CalParam::kLayerGap) {
-      for (const auto& [cls, v] : d.id == CalParam::kLayerGap ? c.layer_gap_us : c.sustained_tensor)
+    if (const std::map<std::string, double>* values = c.keyed(d.id)) {
+      for (const auto& [cls, v] : *values)
         if (cls != "*")
           t += "| " + std::string(d.name) + " (" + cls + ") | " + d.unit + " | " + prior + " | " + cli::fixed(d.neutral, 2) +
                " | " + cli::fixed(v, 3) + " |\n";

@@ -80,7 +80,8 @@ TEST(Calibration, OverlappedTpCollectivesKeepTheExposedShare) {
   ASSERT_GT(base.tp_comm_s, 0);
   Calibration cal;
   cal.name = "t";
-  cal.tp_overlap_exposed = 0.25;
+  cal.set(CalParam::kTpOverlapExposed, 0.25, "megatron-family");
+  cal.set(CalParam::kTpOverlapExposed, 0.5, "pytorch-family");
   apply_calibration(c, cal);
   // Without tp_comm_overlap the plan exposes all of it; with it, a quarter: every TP collective
   // (the forward and backward pairs and SP's weight-gradient gathers) is scaled.
@@ -89,6 +90,9 @@ TEST(Calibration, OverlappedTpCollectivesKeepTheExposedShare) {
   const LayerTiming overlapped = layer_timing(m, c, p);
   EXPECT_NEAR(overlapped.tp_comm_s, 0.25 * base.tp_comm_s, 1e-15);
   EXPECT_NEAR(base.forward_s - overlapped.forward_s, 0.75 * base.tp_forward_s, 1e-15);
+  // Async TP under torchtitan takes its own family's share.
+  p.execution.framework = "torchtitan";
+  EXPECT_NEAR(layer_timing(m, c, p).tp_comm_s, 0.5 * base.tp_comm_s, 1e-15);
 }
 
 TEST(Calibration, UnmeasuredClassTakesTheMean) {
@@ -113,7 +117,10 @@ TEST(Calibration, JsonRoundTripAndRefusals) {
   ASSERT_EQ(back.bands.size(), 1u);
   EXPECT_DOUBLE_EQ(back.bands[0].log_p10, -0.1);
 
+  // A keyed parameter given one number (as files before it was keyed) holds it for every family.
   nlohmann::json j = calibration_to_json(cal);
+  j["parameters"]["tp_overlap_exposed"]["value"] = 0.3;
+  EXPECT_DOUBLE_EQ(calibration_from_json(j, "c.json").value().value(CalParam::kTpOverlapExposed, "pytorch-family"), 0.3);
   j["parameters"]["tp_overlap_exposed"]["value"] = 1.5;
   EXPECT_NE(calibration_from_json(j, "c.json").error().find("tp_overlap_exposed 1.500000 is outside its prior range"),
             std::string::npos);
