@@ -51,6 +51,11 @@ std::string op_name(const ProgramOp& op) {
 
 std::string tp_event_name(const ProgramOp& op) { return "tp " + op_name(op); }
 
+double sp_gather_share(const Plan& plan) {
+  const bool quantized = plan.precision == Precision::kFp8 && plan.execution.fp8_recipe != Fp8Recipe::kRowwise;
+  return plan.sequence_parallel && quantized ? 0.5 : 1.0;
+}
+
 TpTraffic tp_traffic(const ModelSpec& m, const Plan& plan, OpKind pass) {
   TpTraffic t;
   if (plan.tp < 2) return t;
@@ -67,9 +72,13 @@ TpTraffic tp_traffic(const ModelSpec& m, const Plan& plan, OpKind pass) {
   t.bytes = (attention + mlp) / 2.0;
   const int per_block = sp ? 2 : 1;
   const Collective one = sp ? Collective::kAllGather : Collective::kAllReduce;
-  // Sent per pair of blocks (attention + MLP), counted as two blocks below.
-  const double sent_per_block = (sp ? 2 : 1) *
-                                (collective_bytes_per_rank(one, attention, plan.tp) + collective_bytes_per_rank(one, mlp, mlp_ranks)) / 2.0;
+  const double gathered = sp_gather_share(plan);
+  auto sent = [&](Collective op) {
+    return collective_bytes_per_rank(op, attention, plan.tp) + collective_bytes_per_rank(op, mlp, mlp_ranks);
+  };
+  // Sent per pair of blocks (attention + MLP), counted as two blocks below: with SP a gather and
+  // a reduce-scatter (the same bytes in bf16), else an all-reduce.
+  const double sent_per_block = (sp ? (1 + gathered) * sent(one) : sent(one)) / 2.0;
   double blocks = 0;
   switch (pass) {
     case OpKind::kForward: blocks = 2; break;
@@ -77,8 +86,7 @@ TpTraffic tp_traffic(const ModelSpec& m, const Plan& plan, OpKind pass) {
     case OpKind::kWeight:  // SP: the QKV and FC1 inputs are gathered again for their weight gradients
       if (!sp) return TpTraffic{};
       t.count = 2;
-      t.sent_bytes = collective_bytes_per_rank(Collective::kAllGather, attention, plan.tp) +
-                     collective_bytes_per_rank(Collective::kAllGather, mlp, mlp_ranks);
+      t.sent_bytes = gathered * sent(Collective::kAllGather);
       return t;
   }
   t.count = blocks * per_block;

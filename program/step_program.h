@@ -126,6 +126,14 @@ std::string tp_event_name(const ProgramOp& op);
 // buffers of `bytes` (b s h activations). Without SP two all-reduces forward and two backward;
 // with SP an all-gather and a reduce-scatter in their place (same bytes, Korthikanti et al.), and
 // W re-gathers the two sequence-sharded GEMM inputs; full recompute repeats the forward's in B.
+// The share of a bf16 activation's bytes an SP all-gather moves: FP8 plans quantize the QKV and
+// FC1 inputs (forward, and again for their weight gradients) and the output gradients of the
+// projection and FC2 before gathering them, one byte an element (Transformer Engine's
+// gather_along_first_dim with the GEMM's quantizer; torchtitan's Float8ColwiseParallel and
+// PrepareFloat8ModuleInput for tensorwise scaling); reduce-scatters stay in bf16. torchao's
+// rowwise scaling gathers in bf16 (its FP8 all-gather never landed, pytorch/ao#2145).
+double sp_gather_share(const Plan& plan);
+
 struct TpTraffic {
   double count = 0;  // per layer; a fraction where only some layers recompute
   double bytes = 0;      // one collective's full buffer

@@ -288,9 +288,9 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const LayerExchange x = layer_exchange(m, c, plan, gt);
 
   // Two all-reduces forward and two backward (with SP: all-gather + reduce-scatter pairs that
-  // move the same bytes in the same time): one around the attention, one around the MLP — whose
-  // buffer holds every routed copy of a token in an MoE layer (top-k x), over the expert TP ranks
-  // (etp consecutive ranks, with etp / tp of the tokens).
+  // move the same bytes in the same time, or fewer where FP8 gathers): one around the attention,
+  // one around the MLP — whose buffer holds every routed copy of a token in an MoE layer (top-k x),
+  // over the expert TP ranks (etp consecutive ranks, with etp / tp of the tokens).
   const double tp_msg = boundary_tensor_bytes(m, plan);
   const int64_t mlp_ranks = m.is_moe() ? plan.expert_tp() : plan.tp;
   const double mlp_msg = m.is_moe() ? d(m.experts_per_token) * tp_msg * d(mlp_ranks) / d(plan.tp) : tp_msg;
@@ -300,10 +300,15 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const double exposed = plan.execution.tp_comm_overlap
                              ? c.calibration.value(CalParam::kTpOverlapExposed, framework_family(plan.execution.framework))
                              : 1.0;
-  auto pair_s = [&](Collective op) {
-    return exposed * (collective_time_s(op, tp_msg, plan.tp, link) + collective_time_s(op, mlp_msg, mlp_ranks, mlp_link));
+  // FP8 gathers move a share of the bytes (sp_gather_share); a gather and a reduce-scatter then
+  // take the all-reduce's place.
+  const double gathered = sp_gather_share(plan);
+  auto pair_s = [&](Collective op, double share) {
+    return exposed * (collective_time_s(op, share * tp_msg, plan.tp, link) +
+                      collective_time_s(op, share * mlp_msg, mlp_ranks, mlp_link));
   };
-  const double ar_pair_s = pair_s(Collective::kAllReduce);
+  const double ag_pair_s = pair_s(Collective::kAllGather, gathered);
+  const double ar_pair_s = gathered < 1 ? ag_pair_s + pair_s(Collective::kReduceScatter, 1.0) : pair_s(Collective::kAllReduce, 1.0);
 
   LayerTiming t;
   t.forward_s = gt.fwd_s + core_s + elementwise_s + fp8_fwd_s + ar_pair_s + x.cp_forward_s + x.ep_forward_s;
@@ -322,16 +327,15 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   t.cp_bytes = x.cp_bytes;
   t.ep_bytes = x.ep_bytes;
   add_recompute(t, plan, {elementwise_s + fp8_fwd_s, gt.ops_recompute_s, core_s + scores_s, ar_pair_s,
-                          plan.sequence_parallel ? pair_s(Collective::kAllGather) : ar_pair_s});
+                          plan.sequence_parallel ? ag_pair_s : ar_pair_s});
   if (plan.sequence_parallel && plan.tp > 1) {
     // SP stores only the sharded inputs of the two column-parallel GEMMs (QKV, FC1), so their
     // weight gradients need the inputs all-gathered again. Megatron issues these asynchronously
     // beside the dgrad GEMM, but Korthikanti et al. Table 4 shows SP's backward no faster than
     // without SP, i.e. the gathers are not hidden: priced as exposed.
-    const double ag_s = pair_s(Collective::kAllGather);
-    t.backward_weight_s += ag_s;
-    t.tp_backward_weight_s = ag_s;
-    t.tp_comm_s += ag_s;
+    t.backward_weight_s += ag_pair_s;
+    t.tp_backward_weight_s = ag_pair_s;
+    t.tp_comm_s += ag_pair_s;
   }
   // Bytes as the step program counts them (one rule for the simulation, the estimate and traces).
   for (OpKind pass : {OpKind::kForward, OpKind::kBackward, OpKind::kWeight}) t.tp_bytes += tp_traffic(m, plan, pass).sent_bytes;

@@ -63,6 +63,29 @@ TEST(LayerTiming, TensorParallelAllReduces) {
   EXPECT_DOUBLE_EQ(t.tp_bytes, 4 * 1572864.0);
 }
 
+// TP 2 with SP, FP8: the gathers carry one byte an element (S/2), the reduce-scatters two (S).
+// One ring step over 2 ranks: alpha + S'/2 / busbw. Per pass, attention and MLP each gather and
+// reduce-scatter: 2 (1 us + 3.93216 us) + 2 (1 us + 7.86432 us) = 27.59296 us; W re-gathers the
+// two inputs: 2 (1 us + 3.93216 us) = 9.86432 us. Bytes sent: S/4 per gather, S/2 per
+// reduce-scatter: 4 x 3/4 S forward and backward, 2 x S/4 in W = 5,505,024. Rowwise scaling
+// gathers in bf16: 4 x 8.86432 us per pass, W 17.72864 us, bytes 7,864,320.
+TEST(LayerTiming, Fp8SequenceParallelGathersOneByteAnElement) {
+  const ModelSpec m = load("gpt2");
+  Plan p = gpt2_plan(2);
+  p.sequence_parallel = true;
+  p.precision = Precision::kFp8;
+  const LayerTiming t = layer_timing(m, round(), p);
+  EXPECT_NEAR(t.tp_forward_s, 27.59296e-6, 1e-15);
+  EXPECT_NEAR(t.tp_backward_input_s, 27.59296e-6, 1e-15);
+  EXPECT_NEAR(t.tp_backward_weight_s, 9.86432e-6, 1e-15);
+  EXPECT_NEAR(t.tp_bytes, 5505024.0, 1e-6);
+  p.execution.fp8_recipe = Fp8Recipe::kRowwise;
+  const LayerTiming rowwise = layer_timing(m, round(), p);
+  EXPECT_NEAR(rowwise.tp_forward_s, 4 * 8.86432e-6, 1e-15);
+  EXPECT_NEAR(rowwise.tp_backward_weight_s, 17.72864e-6, 1e-15);
+  EXPECT_NEAR(rowwise.tp_bytes, 7864320.0, 1e-6);
+}
+
 StageTimes uniform(double f, double b, double w) { return {f, b, w}; }
 
 // VALIDATION.md section 3: uniform stages, GPipe and 1F1B take (m + p - 1) T, a bubble of
