@@ -121,6 +121,8 @@ def plan(r):
         execution['tp_comm_overlap'] = True
     if 'AsyncTP' in r['framework'] or 'asyncTP' in r['id']:
         execution['tp_comm_overlap'] = True  # torchtitan experimental.enable_async_tensor_parallel
+    if 'tp_comm_overlap=False' in r.get('notes', ''):
+        execution['tp_comm_overlap'] = False  # the recipe turns userbuffers off (DGX Cloud's DeepSeek-V3)
     # FP8 (Transformer Engine) with FP8 weights (NeMo fp8_params: gathered in FP8), delayed scaling;
     # current (per-tensor) scaling where the row says so: Megatron-Bridge FP8-CS, torchao Float8
     # tensorwise; FP8 weights gathered in FP8 by torchtitan's FSDP float8 all-gather.
