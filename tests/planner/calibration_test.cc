@@ -95,6 +95,13 @@ TEST(Calibration, OverlappedTpCollectivesKeepTheExposedShare) {
   EXPECT_NEAR(layer_timing(m, c, p).tp_comm_s, 0.5 * base.tp_comm_s, 1e-15);
 }
 
+// CalParamDef::key and Calibration::keyed must agree: a keyed parameter has a map of values.
+TEST(Calibration, KeyedParametersHoldAMap) {
+  Calibration cal;
+  for (const CalParamDef& d : calibration_params())
+    EXPECT_EQ(d.key != CalKey::kNone, cal.keyed(d.id) != nullptr) << d.name;
+}
+
 TEST(Calibration, UnmeasuredClassTakesTheMean) {
   Calibration cal;
   cal.set(CalParam::kSustainedTensor, 0.9, "a");
