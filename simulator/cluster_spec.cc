@@ -170,6 +170,7 @@ Status read_node(const nlohmann::json& j, const std::string& where, NodeSpec& n)
   n.busbw_gbps = f.required_bandwidth_gbps("busbw_gbps");
   n.latency_us = f.required_number("latency_us", /*allow_zero=*/true);
   n.nccl_sms = f.optional_int("nccl_sms", 0).value_or(0);
+  n.nccl_protocols = f.optional_bool("nccl_protocols", false);
   require_source(f);
   f.reject_unknown_keys({"source"});
   if (!f.ok()) return Error{f.error()};

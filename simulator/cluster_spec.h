@@ -77,6 +77,9 @@ struct NodeSpec {
   double busbw_gbps = 0;  // intra-node collective bus bandwidth (nccl-tests busbw, ring)
   double latency_us = 0;  // per ring step
   int64_t nccl_sms = 0;   // SMs an intra-node collective holds (NCCL CTAs, one per channel); 0: not modelled
+  // Rings priced as NCCL's tuner prices its three protocols (collective_cost.h), the fastest
+  // chosen per message; off: one protocol at busbw with latency_us per step.
+  bool nccl_protocols = false;
 };
 
 struct NetworkSpec {

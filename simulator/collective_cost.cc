@@ -20,6 +20,7 @@ LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g) {
   link.intra_latency_s = c.node.latency_us * 1e-6;
   const double eff = c.calibration.collective_efficiency;  // calibrated (calibration.h); 1 = the measured busbw
   link.intra_busbw_Bps = eff * c.node.busbw_gbps * 1e9;
+  link.nccl_protocols = c.node.nccl_protocols;
   link.nodes = g.nodes;
   link.ranks_per_node = g.ranks_per_node;
   if (g.nodes <= 1) {
@@ -37,6 +38,27 @@ LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g) {
   return link;
 }
 
+namespace {
+
+// NCCL's ring cost per protocol (collective_cost.h), the fastest of LL, LL128 and Simple.
+double nccl_ring_time_s(double bytes_per_rank, int64_t steps, int64_t inter, const LinkTier& link) {
+  struct Protocol {
+    double base_us, nvlink_step_us, net_step_us, flushes, bandwidth_share;
+  };
+  static constexpr Protocol kProtocols[] = {
+      {6.6, 0.6, 2.7, 1, 0.5}, {14.0, 1.9, 4.0, 1, 0.92}, {8.4, 3.4, 14.0, 2, 1.0}};
+  double best = 0;
+  for (const Protocol& p : kProtocols) {
+    const double net_step_s = p.net_step_us * 1e-6 + p.flushes * link.latency_s;
+    const double t = p.base_us * 1e-6 + static_cast<double>(steps - inter) * p.nvlink_step_us * 1e-6 +
+                     static_cast<double>(inter) * net_step_s + bytes_per_rank / (p.bandwidth_share * link.busbw_Bps);
+    best = &p == kProtocols ? t : std::min(best, t);
+  }
+  return best;
+}
+
+}  // namespace
+
 double collective_time_s(Collective op, double bytes, int64_t n, const LinkTier& link) {
   if (op == Collective::kSendRecv) return link.latency_s + bytes / link.busbw_Bps;
   if (n <= 1) return 0;
@@ -50,9 +72,12 @@ double collective_time_s(Collective op, double bytes, int64_t n, const LinkTier&
   }
   const int64_t twice = op == Collective::kAllReduce ? 2 : 1;
   const int64_t steps = twice * (n - 1), inter = link.nodes > 1 ? std::min(steps, twice * (link.nodes - 1)) : 0;
-  const double latency = static_cast<double>(inter) * link.latency_s +
-                         static_cast<double>(steps - inter) * (link.nodes > 1 ? link.intra_latency_s : link.latency_s);
-  const double ring = latency + collective_bytes_per_rank(op, bytes, n) / link.busbw_Bps;
+  const double per_rank = collective_bytes_per_rank(op, bytes, n);
+  const double ring = link.nccl_protocols ? nccl_ring_time_s(per_rank, steps, inter, link)
+                                          : static_cast<double>(inter) * link.latency_s +
+                                                static_cast<double>(steps - inter) *
+                                                    (link.nodes > 1 ? link.intra_latency_s : link.latency_s) +
+                                                per_rank / link.busbw_Bps;
   if (op != Collective::kAllReduce) return ring;
   return std::min(ring, tree_allreduce_time_s(bytes, n, link));
 }

@@ -33,6 +33,7 @@ struct LinkTier {
   bool crosses_nodes = false;
   int64_t sms = 0;  // SMs a collective on this link holds on each GPU (cluster nccl_sms)
   double intra_busbw_Bps = 0;  // NVLink inside a node, for the part of an all-to-all that stays there
+  bool nccl_protocols = false;  // rings as NCCL's LL, LL128 and Simple (the cluster node's flag)
 };
 LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g);
 
@@ -44,6 +45,14 @@ LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g);
 // 2((ranks per node - 1) intra + ceil(log2 nodes) inter). An all-to-all sends S/n to each peer
 // at once: the share to peers in other nodes through this GPU's NIC (the tier's bandwidth over its
 // ranks per node), beside the share to its node's peers over NVLink; one step's latency.
+//
+// With `nccl_protocols` a ring is priced as NCCL's tuner prices each protocol and takes the
+// fastest (NVIDIA/nccl@5067397 src/graph/tuning.cc, ring): a base latency (LL 6.6, LL128 14.0,
+// Simple 8.4 us), per NVLink step 0.6 / 1.9 / 3.4 us, per network step 2.7 / 4.0 / 14.0 us plus
+// the network's latency (twice for Simple, its flush), and the bytes at 0.5 / 0.92 / 1.0 of busbw
+// (LL's flags halve its payload; LL128 carries 120 of 128 bytes). Small messages take LL, mid
+// sizes LL128, large ones Simple: an 8-GPU all-reduce reaches half its busbw near 16 MiB, not the
+// 4 MiB one protocol at NVLink's latency gives.
 double collective_time_s(Collective op, double bytes, int64_t n, const LinkTier& link);
 double tree_allreduce_time_s(double bytes, int64_t n, const LinkTier& link);
 

@@ -294,9 +294,10 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const double tp_msg = boundary_tensor_bytes(m, plan);
   const int64_t mlp_ranks = m.is_moe() ? plan.expert_tp() : plan.tp;
   const double mlp_msg = m.is_moe() ? d(m.experts_per_token) * tp_msg * d(mlp_ranks) / d(plan.tp) : tp_msg;
-  const LinkTier link = group_link(c, plan, GroupKind::kTp);
-  const LinkTier mlp_link = group_link(c, place_group(mlp_ranks, 1, c.node.gpus));
-  // Overlapped with the GEMMs (userbuffers, async TP), the calibrated share stays exposed.
+  LinkTier link = group_link(c, plan, GroupKind::kTp), mlp_link = group_link(c, place_group(mlp_ranks, 1, c.node.gpus));
+  // Overlapped with the GEMMs (userbuffers, async TP), the calibrated share stays exposed. Neither
+  // goes through NCCL (userbuffers and symmetric memory copy over NVLink themselves): no protocols.
+  if (plan.execution.tp_comm_overlap) link.nccl_protocols = mlp_link.nccl_protocols = false;
   const double exposed = plan.execution.tp_comm_overlap
                              ? c.calibration.value(CalParam::kTpOverlapExposed, framework_family(plan.execution.framework))
                              : 1.0;

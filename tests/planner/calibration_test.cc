@@ -73,6 +73,8 @@ TEST(Calibration, ChunkPassOverheadAndLayerGapAddPerPass) {
 TEST(Calibration, OverlappedTpCollectivesKeepTheExposedShare) {
   const ModelSpec m = tiny();
   ClusterSpec c = load_cluster("dgx-h100").value();
+  // Overlapped TP does not go through NCCL (no protocols): compare on the plain ring's price.
+  c.node.nccl_protocols = false;
   Plan p = one_gpu(4);
   p.tp = 8;
   p.sequence_parallel = true;

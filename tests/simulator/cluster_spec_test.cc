@@ -12,6 +12,7 @@ TEST(ClusterSpec, BundledClustersLoad) {
     Result<ClusterSpec> c = load_cluster(name);
     ASSERT_TRUE(c.ok()) << c.error();
     EXPECT_EQ(c->node.gpus, 8) << name;
+    EXPECT_TRUE(c->node.nccl_protocols) << name;  // NCCL's rings, priced per protocol
   }
   const ClusterSpec a100 = load_cluster("dgx-a100").value();
   EXPECT_DOUBLE_EQ(a100.gpu.peak_flops(Precision::kBf16), 312e12);
@@ -43,6 +44,7 @@ TEST(ClusterSpec, RoundTestCluster) {
   Result<ClusterSpec> c = cluster_from_json(testing_support::round_cluster_json(), "round.json");
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_DOUBLE_EQ(c->gpu.hbm_bytes(), 64.0 * 1073741824.0);
+  EXPECT_FALSE(c->node.nccl_protocols);  // absent: one protocol, latency_us per step
 }
 
 TEST(ClusterSpec, ErrorsNameSectionAndKey) {

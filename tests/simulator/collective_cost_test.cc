@@ -46,6 +46,27 @@ TEST(Links, IntraNodeAndNetwork) {
 // Ring all-reduce of S = 1 GB over n = 8 at 100 GB/s busbw and 1 us per step:
 //   2(n-1) alpha + 2(n-1)/n S / busbw = 14 us + 1.75e9 / 100e9 s = 14 us + 17.5 ms = 17.514 ms;
 // reduce-scatter and all-gather: 7 us + 8.75 ms; send/recv: 1 us + 10 ms.
+// NCCL's protocols on the round cluster (100 GB/s busbw in a node; 10 GB/s NICs, 10 us network
+// latency). An 8-rank all-gather in a node (7 NVLink steps), per rank (7/8) S:
+//   LL     6.6 + 7 x 0.6 = 10.8 us + bytes / 50 GB/s
+//   LL128  14 + 7 x 1.9 = 27.3 us + bytes / 92 GB/s
+//   Simple 8.4 + 7 x 3.4 = 32.2 us + bytes / 100 GB/s
+// S = 1 MB (875 kB): LL 28.3 us (LL128 36.81, Simple 40.95). S = 4 MB (3.5 MB): LL128
+// 27.3 + 38.043478 = 65.343478 us (LL 80.8, Simple 67.2). S = 1 GB: Simple 32.2 us + 8.75 ms.
+// All-reduce of 1 GB (14 steps): Simple 8.4 + 47.6 us + 17.5 ms = 17.556 ms, under the tree's
+// 14 us + 20 ms. Across 4 nodes (2 members each, 20 GB/s), 3 of the 7 steps cross: Simple
+// 8.4 + 4 x 3.4 + 3 x (14 + 2 x 10) = 124 us + 0.875e9 / 20e9 s = 43.874 ms.
+TEST(Collectives, NcclProtocolsPerMessageSize) {
+  ClusterSpec c = round();
+  c.node.nccl_protocols = true;
+  const LinkTier link = group_link(c, place_group(8, 1, 8));
+  EXPECT_NEAR(collective_time_s(Collective::kAllGather, 1e6, 8, link), 28.3e-6, 1e-12);
+  EXPECT_NEAR(collective_time_s(Collective::kReduceScatter, 4e6, 8, link), 65.3434783e-6, 1e-12);
+  EXPECT_NEAR(collective_time_s(Collective::kAllGather, 1e9, 8, link), 0.0087822, 1e-12);
+  EXPECT_NEAR(collective_time_s(Collective::kAllReduce, 1e9, 8, link), 0.017556, 1e-12);
+  EXPECT_NEAR(collective_time_s(Collective::kAllGather, 1e9, 8, group_link(c, place_group(8, 4, 8))), 0.043874, 1e-12);
+}
+
 TEST(Collectives, RingAlphaBeta) {
   const LinkTier link = group_link(round(), place_group(8, 1, 8));
   EXPECT_NEAR(collective_time_s(Collective::kAllReduce, 1e9, 8, link), 0.017514, 1e-12);
