@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace parallax {
 
@@ -47,12 +48,12 @@ double nccl_ring_time_s(double bytes_per_rank, int64_t steps, int64_t inter, con
   };
   static constexpr Protocol kProtocols[] = {
       {6.6, 0.6, 2.7, 1, 0.5}, {14.0, 1.9, 4.0, 1, 0.92}, {8.4, 3.4, 14.0, 2, 1.0}};
-  double best = 0;
+  double best = std::numeric_limits<double>::infinity();
   for (const Protocol& p : kProtocols) {
     const double net_step_s = p.net_step_us * 1e-6 + p.flushes * link.latency_s;
     const double t = p.base_us * 1e-6 + static_cast<double>(steps - inter) * p.nvlink_step_us * 1e-6 +
                      static_cast<double>(inter) * net_step_s + bytes_per_rank / (p.bandwidth_share * link.busbw_Bps);
-    best = &p == kProtocols ? t : std::min(best, t);
+    best = std::min(best, t);
   }
   return best;
 }
