@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -136,43 +137,48 @@ std::vector<double> predict_some(const std::vector<MeasuredRun>& runs, const Cal
   return out;
 }
 
-// One fitted number: a parameter (for the sustained fraction, of one power class).
+// One fitted number: a parameter, or of a keyed one (CalParamDef::key) one power class or family.
 struct Slot {
   const CalParamDef* def;
-  std::string power_class;  // or the framework family (CalParamDef::key); "" for one value
+  std::string power_class;  // the key: a power class or framework family; "" for one value
   std::string label() const { return power_class.empty() ? def->name : std::string(def->name) + "." + power_class; }
   double value(const Calibration& c) const { return c.value(def->id, power_class); }
   double to_unit(double v) const { return (v - def->lo) / (def->hi - def->lo); }
   double from_unit(double u) const { return def->lo + std::clamp(u, 0.0, 1.0) * (def->hi - def->lo); }
 };
 
+// The key a run has for a parameter keyed by `key` ("" for one not keyed).
+std::string run_key(const MeasuredRun& r, CalKey key) {
+  switch (key) {
+    case CalKey::kPowerClass: return r.cluster.gpu.power_class;
+    case CalKey::kFamily: return framework_family(r.plan.execution.framework);
+    case CalKey::kNone: return "";
+  }
+  return "";
+}
+
 bool touches(const Slot& s, const MeasuredRun& r) {
+  if (run_key(r, s.def->key) != s.power_class) return false;
   switch (s.def->id) {
-    case CalParam::kSustainedTensor: return r.cluster.gpu.power_class == s.power_class;
-    case CalParam::kLayerGap: return framework_family(r.plan.execution.framework) == s.power_class;
     case CalParam::kFp8Gemm: return r.plan.precision == Precision::kFp8;
     case CalParam::kGroupedGemm: return r.model.is_moe();
-    case CalParam::kTpOverlapExposed:
-      return r.plan.execution.tp_comm_overlap && r.plan.tp > 1 && framework_family(r.plan.execution.framework) == s.power_class;
+    case CalParam::kTpOverlapExposed: return r.plan.execution.tp_comm_overlap && r.plan.tp > 1;
     case CalParam::kEpOverlapExposed: return r.plan.execution.moe_a2a_overlap && r.plan.ep > 1;
-    case CalParam::kChunkPassOverhead: return true;
     case CalParam::kCollectiveEfficiency: return r.plan.gpus() > 1;
+    default: return true;  // the sustained fraction, host costs: every run of the key
   }
-  return true;
 }
 
 std::vector<Slot> slots_for(const std::vector<MeasuredRun>& runs, const std::vector<bool>& use,
                             const std::vector<CalParam>& fixed) {
+  // One slot per parameter, and per key (in order) for a keyed one, where a used run touches it.
   std::vector<Slot> candidates;
-  std::map<std::string, bool> classes, families;
-  for (size_t i = 0; i < runs.size(); ++i)
-    if (use[i]) classes[runs[i].cluster.gpu.power_class] = families[framework_family(runs[i].plan.execution.framework)] = true;
   for (const CalParamDef& d : calibration_params()) {
     if (std::find(fixed.begin(), fixed.end(), d.id) != fixed.end()) continue;
-    const bool by_class = d.key == CalKey::kPowerClass, by_family = d.key == CalKey::kFamily;
-    if (!by_class && !by_family) candidates.push_back({&d, ""});
-    for (const auto& [key, _] : by_class ? classes : by_family ? families : std::map<std::string, bool>{})
-      candidates.push_back({&d, key});
+    std::set<std::string> keys;
+    for (size_t i = 0; i < runs.size(); ++i)
+      if (use[i]) keys.insert(run_key(runs[i], d.key));
+    for (const std::string& key : keys) candidates.push_back({&d, key});
   }
   std::vector<Slot> slots;
   for (const Slot& s : candidates) {
