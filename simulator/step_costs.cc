@@ -308,7 +308,7 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
     return exposed * (collective_time_s(op, share * tp_msg, plan.tp, link) +
                       collective_time_s(op, share * mlp_msg, mlp_ranks, mlp_link));
   };
-  const double ag_pair_s = pair_s(Collective::kAllGather, gathered);
+  const double ag_pair_s = plan.sequence_parallel ? pair_s(Collective::kAllGather, gathered) : 0.0;  // SP's gathers
   const double ar_pair_s = gathered < 1 ? ag_pair_s + pair_s(Collective::kReduceScatter, 1.0) : pair_s(Collective::kAllReduce, 1.0);
 
   LayerTiming t;
