@@ -44,17 +44,17 @@ namespace {
 // NCCL's ring cost per protocol (collective_cost.h), the fastest of LL, LL128 and Simple.
 double nccl_ring_time_s(double bytes_per_rank, int64_t steps, int64_t inter, const LinkTier& link) {
   struct Protocol {
-    double base_us, nvlink_step_us, net_step_us, flushes, bandwidth_share;
+    double base_s, nvlink_step_s, net_step_s, flushes, slowdown;  // slowdown: 1 / its share of busbw
   };
-  static constexpr Protocol kProtocols[] = {
-      {6.6, 0.6, 2.7, 1, 0.5}, {14.0, 1.9, 4.0, 1, 0.92}, {8.4, 3.4, 14.0, 2, 1.0}};
+  static constexpr Protocol kProtocols[] = {{6.6e-6, 0.6e-6, 2.7e-6, 1, 2.0},
+                                            {14.0e-6, 1.9e-6, 4.0e-6, 1, 1.0 / 0.92},
+                                            {8.4e-6, 3.4e-6, 14.0e-6, 2, 1.0}};
+  const double transfer_s = bytes_per_rank / link.busbw_Bps;
+  const double nvlink_steps = static_cast<double>(steps - inter), net_steps = static_cast<double>(inter);
   double best = std::numeric_limits<double>::infinity();
-  for (const Protocol& p : kProtocols) {
-    const double net_step_s = p.net_step_us * 1e-6 + p.flushes * link.latency_s;
-    const double t = p.base_us * 1e-6 + static_cast<double>(steps - inter) * p.nvlink_step_us * 1e-6 +
-                     static_cast<double>(inter) * net_step_s + bytes_per_rank / (p.bandwidth_share * link.busbw_Bps);
-    best = std::min(best, t);
-  }
+  for (const Protocol& p : kProtocols)
+    best = std::min(best, p.base_s + nvlink_steps * p.nvlink_step_s + net_steps * (p.net_step_s + p.flushes * link.latency_s) +
+                              transfer_s * p.slowdown);
   return best;
 }
 
