@@ -112,6 +112,16 @@ std::string read_gemm_grid(const nlohmann::json& j, const std::string& where, Ge
   return f.ok() ? "" : f.error();
 }
 
+// "fp8_gemm": {"source": ..., "max_efficiency": fraction of the FP8 peak, "half_dim": elements}.
+std::string read_fp8_curve(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
+  JsonFields f(j, where + ": gpu.fp8_gemm");
+  require_source(f);
+  read_fraction(f, "max_efficiency", g.fp8_gemm_max_efficiency);
+  g.fp8_gemm_half_dim = f.required_number("half_dim", /*allow_zero=*/true);
+  f.reject_unknown_keys({"source"});
+  return f.ok() ? "" : f.error();
+}
+
 Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
   JsonFields f(j, where + ": gpu");
   g.name = f.required_string("name");
@@ -143,6 +153,8 @@ Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
   g.gemm_tile_n = f.required_int("gemm_tile_n");
   if (f.ok() && f.has("gemm_grid"))
     if (std::string e = read_gemm_grid(j.at("gemm_grid"), where, g.gemm_grid); !e.empty()) return Error{e};
+  if (f.ok() && f.has("fp8_gemm"))
+    if (std::string e = read_fp8_curve(j.at("fp8_gemm"), where, g); !e.empty()) return Error{e};
   read_fraction(f, "flash_attention_efficiency", g.flash_attention_efficiency);
   if (f.ok() && f.has("attention"))
     if (std::string e = read_attention(j.at("attention"), where, g.attention); !e.empty()) return Error{e};

@@ -50,6 +50,12 @@ struct GpuSpec {
   int64_t sm_count = 0;
   int64_t gemm_tile_m = 0, gemm_tile_n = 0;
   GemmGrid gemm_grid;  // when measured, GEMM efficiency interpolates it instead of the curve above
+  // FP8 GEMMs' own curve, of the same form. FP8 tensor cores do twice the math per operand byte
+  // and fill later: cuBLASLt's tensorwise FP8 peaks near 71% of the FP8 peak where bf16 reaches
+  // 80%, and needs larger shapes to get there. max 0: FP8 GEMMs take bf16's efficiency (grid or
+  // curve).
+  double fp8_gemm_max_efficiency = 0;
+  double fp8_gemm_half_dim = 0;
   double flash_attention_efficiency = 0;  // fraction of peak a fused attention kernel reaches
   std::vector<AttentionCurve> attention;  // measured curves; a kernel without one uses the fraction
   double memory_efficiency = 0;           // fraction of HBM bandwidth elementwise kernels reach
@@ -65,7 +71,7 @@ struct GpuSpec {
   std::string power_class;
   // Set by apply_calibration (calibration.h); 1 = the measured rates as they are.
   double sustained_tensor_fraction = 1;  // GEMM and attention rates sustained in training
-  double fp8_gemm_fraction = 1;          // FP8 GEMMs' efficiency over bf16's at the same shape
+  double fp8_gemm_fraction = 1;          // FP8 GEMMs sustained in training over their measured rate
   double grouped_gemm_fraction = 1;      // MoE experts' grouped GEMMs over a dense GEMM's rate
 
   double peak_flops(Precision p) const;

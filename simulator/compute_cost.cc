@@ -59,22 +59,28 @@ double grid_efficiency(const GpuSpec& gpu, const Gemm& g) {
         tflops += (a ? fi : 1 - fi) * (b ? fj : 1 - fj) * (c ? fk : 1 - fk) * grid.at(i + a, j + b, k + c);
   return tflops / gpu.peak_bf16_tflops;
 }
-}  // namespace
 
-double gemm_efficiency(const GpuSpec& gpu, const Gemm& g) {
-  if (!gpu.gemm_grid.dims.empty()) return grid_efficiency(gpu, g);
-  double eff = gpu.gemm_max_efficiency * wave_efficiency(gpu, g);
+double curve_efficiency(const GpuSpec& gpu, const Gemm& g, double max_efficiency, double half_dim) {
+  double eff = max_efficiency * wave_efficiency(gpu, g);
   for (int64_t dim : {g.m, g.n, g.k}) {
     const double d = static_cast<double>(dim);
-    eff *= d / (d + gpu.gemm_half_dim);
+    eff *= d / (d + half_dim);
   }
   return eff;
+}
+}  // namespace
+
+double gemm_efficiency(const GpuSpec& gpu, const Gemm& g, Precision p) {
+  if (p == Precision::kFp8 && gpu.fp8_gemm_max_efficiency > 0)
+    return curve_efficiency(gpu, g, gpu.fp8_gemm_max_efficiency, gpu.fp8_gemm_half_dim);
+  if (!gpu.gemm_grid.dims.empty()) return grid_efficiency(gpu, g);
+  return curve_efficiency(gpu, g, gpu.gemm_max_efficiency, gpu.gemm_half_dim);
 }
 
 double gemm_time_s(const GpuSpec& gpu, Precision p, const Gemm& g) {
   if (g.flops() <= 0) return 0;
   const double sustained = gpu.sustained_tensor_fraction * (p == Precision::kFp8 ? gpu.fp8_gemm_fraction : 1.0);
-  return g.flops() / (gpu.peak_flops(p) * gemm_efficiency(gpu, g) * sustained);
+  return g.flops() / (gpu.peak_flops(p) * gemm_efficiency(gpu, g, p) * sustained);
 }
 
 double gemm_operand_bytes(Precision p, const Gemm& g) {

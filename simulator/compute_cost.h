@@ -13,8 +13,9 @@ namespace parallax {
 // Efficiency of one GEMM shape: max * prod over M, N, K of d / (d + half_dim), times the wave
 // quantization of its output tiles (useful tiles / tiles of whole waves; tiles shrink to the
 // problem for small dimensions, in steps of 16). A GPU with a measured gemm_grid interpolates it
-// instead. Ragged rows (Gemm::m_sd) execute the expected row tiles of their spread.
-double gemm_efficiency(const GpuSpec& gpu, const Gemm& g);
+// instead. Ragged rows (Gemm::m_sd) execute the expected row tiles of their spread. FP8's is its
+// fraction of the FP8 peak: the GPU's FP8 curve where it has one, else bf16's efficiency.
+double gemm_efficiency(const GpuSpec& gpu, const Gemm& g, Precision p = Precision::kBf16);
 double wave_efficiency(const GpuSpec& gpu, const Gemm& g);
 // Row tiles of `tile` rows an M of `rows` executes: ceil(rows / tile), or with ragged rows spread
 // normally by rows_sd its expectation, the sum over j >= 0 of P(M > j tile) (rows / tile + 1/2

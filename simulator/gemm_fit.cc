@@ -7,7 +7,7 @@
 
 namespace parallax {
 
-GemmFit fit_gemm_curve(const GpuSpec& gpu, const std::vector<GemmRate>& rates) {
+GemmFit fit_gemm_curve(const GpuSpec& gpu, const std::vector<GemmRate>& rates, Precision p) {
   GpuSpec shape_only = gpu;
   shape_only.gemm_max_efficiency = 1;
   shape_only.gemm_grid = {};  // the curve is fitted, not a grid the GPU may already carry
@@ -30,7 +30,7 @@ GemmFit fit_gemm_curve(const GpuSpec& gpu, const std::vector<GemmRate>& rates) {
     double wa = 0, waa = 0;
     for (size_t i = 0; i < rates.size(); ++i) {
       const Gemm g{"measured", rates[i].m, rates[i].n, rates[i].k};
-      a[i] = rates[i].tflops / (gpu.peak_bf16_tflops * gemm_efficiency(shape_only, g));
+      a[i] = rates[i].tflops * 1e12 / (gpu.peak_flops(p) * gemm_efficiency(shape_only, g));
       wa += weight[i] * a[i], waa += weight[i] * a[i] * a[i];
     }
     const double x = wa / waa;

@@ -15,7 +15,7 @@ namespace parallax {
 
 struct GemmRate {
   int64_t m = 0, n = 0, k = 0;
-  double tflops = 0;  // measured, bf16
+  double tflops = 0;  // measured, in the precision fitted
 };
 
 struct GemmFit {
@@ -23,7 +23,8 @@ struct GemmFit {
   double rms_log_error = 0;  // time-weighted, of the fitted curve against the measured rates
 };
 
-// `gpu` supplies the bf16 peak, SM count and tile shape. Needs at least one rate, all positive.
-GemmFit fit_gemm_curve(const GpuSpec& gpu, const std::vector<GemmRate>& rates);
+// `gpu` supplies the peak of precision `p`, the SM count and the tile shape. Needs at least one
+// rate, all positive. FP8 curves are fitted the same way, against the FP8 peak.
+GemmFit fit_gemm_curve(const GpuSpec& gpu, const std::vector<GemmRate>& rates, Precision p = Precision::kBf16);
 
 }  // namespace parallax

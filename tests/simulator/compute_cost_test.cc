@@ -53,18 +53,45 @@ TEST(ComputeCost, AttentionFromMeasuredCurves) {
             "and bwd_tflops, or fwd_bwd_tflops)");
 }
 
-// Efficiency max * prod d/(d + half): with max 0.8, half 48 and dims (4096, 1024, 48):
-// 0.8 * 4096/4144 * 1024/1072 * 48/96 = 0.37768...
-TEST(ComputeCost, EfficiencyFallsForSkinnyGemms) {
+// A GPU of the bf16 curve max 0.8, half 48, on which a 4096 x 1024 GEMM has 4096/256 x 1024/128 =
+// 128 tiles: 16 whole waves on 8 SMs, no quantization loss.
+GpuSpec skinny_test_gpu() {
   GpuSpec gpu;
   gpu.gemm_max_efficiency = 0.8;
   gpu.gemm_half_dim = 48;
-  gpu.sm_count = 8;  // 4096/256 x 1024/128 = 128 tiles: 16 whole waves, no quantization loss
+  gpu.sm_count = 8;
   gpu.gemm_tile_m = 256;
   gpu.gemm_tile_n = 128;
+  return gpu;
+}
+
+// Efficiency max * prod d/(d + half): with max 0.8, half 48 and dims (4096, 1024, 48):
+// 0.8 * 4096/4144 * 1024/1072 * 48/96 = 0.37768...
+TEST(ComputeCost, EfficiencyFallsForSkinnyGemms) {
+  const GpuSpec gpu = skinny_test_gpu();
   const double expected = 0.8 * 4096.0 / 4144.0 * 1024.0 / 1072.0 * 0.5;
   EXPECT_DOUBLE_EQ(gemm_efficiency(gpu, Gemm{"g", 4096, 1024, 48}), expected);
   EXPECT_LT(gemm_efficiency(gpu, Gemm{"g", 4096, 1024, 48}), gemm_efficiency(gpu, Gemm{"g", 4096, 1024, 4096}));
+}
+
+// FP8 GEMMs take the GPU's FP8 curve where it has one: max 0.7, half 96 on the shape above gives
+// 0.7 * 4096/4192 * 1024/1120 * 48/144 = 0.20844... of the FP8 peak (200 TFLOP/s: 2 * 4096 * 1024
+// * 48 FLOPs in 9.657 us); without one, bf16's efficiency.
+TEST(ComputeCost, Fp8GemmsTakeTheirOwnCurve) {
+  GpuSpec gpu = skinny_test_gpu();
+  gpu.peak_fp8_tflops = 200;
+  const Gemm g{"g", 4096, 1024, 48};
+  EXPECT_DOUBLE_EQ(gemm_efficiency(gpu, g, Precision::kFp8), gemm_efficiency(gpu, g));
+  gpu.fp8_gemm_max_efficiency = 0.7;
+  gpu.fp8_gemm_half_dim = 96;
+  const double expected = 0.7 * 4096.0 / 4192.0 * 1024.0 / 1120.0 * 48.0 / 144.0;
+  EXPECT_NEAR(expected, 0.208448, 1e-6);
+  EXPECT_DOUBLE_EQ(gemm_efficiency(gpu, g, Precision::kFp8), expected);
+  EXPECT_DOUBLE_EQ(gemm_efficiency(gpu, g), 0.8 * 4096.0 / 4144.0 * 1024.0 / 1072.0 * 0.5);  // bf16 unchanged
+  EXPECT_NEAR(gemm_time_s(gpu, Precision::kFp8, g), 2.0 * 4096 * 1024 * 48 / (200e12 * expected), 1e-15);
+  nlohmann::json j = testing_support::round_cluster_json();
+  j["gpu"]["fp8_gemm"] = {{"source", "test"}, {"max_efficiency", 1.5}, {"half_dim", 0}};
+  EXPECT_EQ(cluster_from_json(j, "c.json").error(), "c.json: gpu.fp8_gemm: key 'max_efficiency': is a fraction and must be <= 1");
 }
 
 // Wave quantization: 4096 x 1152 has 16 x 9 = 144 tiles of 256 x 128; on 8 SMs that is 18 waves,
