@@ -40,8 +40,9 @@ TierBytes bytes_by_tier(const ClusterSpec& c, const Plan& plan, const CommBytes&
   TierBytes t;
   const std::pair<double, LinkTier> kinds[] = {
       {b.tp, group_link(c, plan, GroupKind::kTp)}, {b.pp, group_link(c, plan, GroupKind::kPp)},
-      {b.dp, group_link(c, plan, GroupKind::kDp)}, {b.cp, group_link(c, plan, GroupKind::kCp)},
-      {b.ep, group_link(c, plan, GroupKind::kEp)}};
+      {b.dp - b.dp_replica - b.dp_expert, group_link(c, plan, GroupKind::kDp)},
+      {b.dp_replica, group_link(c, plan, GroupKind::kDpReplica)}, {b.dp_expert, group_link(c, plan, GroupKind::kExpertDp)},
+      {b.cp, group_link(c, plan, GroupKind::kCp)}, {b.ep, group_link(c, plan, GroupKind::kEp)}};
   for (const auto& [bytes, link] : kinds) (link.crosses_nodes ? t.network : t.nvlink) += bytes;
   return t;
 }
@@ -126,42 +127,46 @@ StepReport estimate_with(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const double expert_rs = experts && plan.zero >= 2 ? unit_time(Collective::kReduceScatter, eg, edp, el) : 0.0;
   const double expert_ag = experts && plan.zero == 3 ? unit_time(Collective::kAllGather, ew, edp, el) : 0.0;
   const double expert_sent = experts && plan.zero >= 2 ? collective_bytes_per_rank(Collective::kReduceScatter, eg, edp) : 0.0;
+  // Each stage's bytes per micro-batch (ZeRO-2/3) or per step, by group.
+  const double expert_ag_sent = experts ? collective_bytes_per_rank(Collective::kAllGather, ew, edp) : 0.0;
+  CommBytes& b = e.comm_bytes_per_gpu;
   switch (plan.zero) {
     case 0:
       e.dp_exposed_s = exposed_reduction(time(Collective::kAllReduce, grads), window, grads, plan);
-      e.comm_bytes_per_gpu.dp = sent(Collective::kAllReduce, grads);
+      b.dp = sent(Collective::kAllReduce, grads);
       break;
     case 1:  // reduce-scatter gradients once, all-gather updated weights after the step
       e.dp_exposed_s = exposed_reduction(time(Collective::kReduceScatter, grads) + replica_s, window, grads, plan) +
                        time(Collective::kAllGather, weights);
-      e.comm_bytes_per_gpu.dp = sent(Collective::kReduceScatter, grads) + replica_sent + sent(Collective::kAllGather, weights);
+      b.dp_replica = replica_sent;
+      b.dp = sent(Collective::kReduceScatter, grads) + sent(Collective::kAllGather, weights);
       break;
     case 2: {  // gradients are sharded, so every micro-batch's are reduce-scattered, from its first unit on
       const double rs = unit_time(Collective::kReduceScatter, grads, n, dpl) + replica_s + grads_to_host_s + expert_rs;
       const double expert_weights_s = experts ? collective_time_s(Collective::kAllGather, ew, edp, el) : 0.0;
       e.dp_exposed_s = fm * std::max(rs / units, rs - window * (1 - 1 / units)) + time(Collective::kAllGather, weights) +
                        expert_weights_s;
-      e.comm_bytes_per_gpu.dp = fm * (sent(Collective::kReduceScatter, grads) + replica_sent + expert_sent) +
-                                sent(Collective::kAllGather, weights) +
-                                (experts ? collective_bytes_per_rank(Collective::kAllGather, ew, edp) : 0.0);
+      b.dp_replica = fm * replica_sent;
+      b.dp_expert = fm * expert_sent + expert_ag_sent;
+      b.dp = fm * sent(Collective::kReduceScatter, grads) + sent(Collective::kAllGather, weights);
       break;
     }
     default: {  // 3: per micro-batch the dp stream gathers for forward and backward and reduces, beneath both
       const double ag = unit_time(Collective::kAllGather, weights, n, dpl) + weights_from_host_s + expert_ag;
       const double rs = unit_time(Collective::kReduceScatter, grads, n, dpl) + replica_s + grads_to_host_s + expert_rs;
       e.dp_exposed_s = fm * (std::max(0.0, 2 * ag + rs - slowest.f - window) + 2 * d(v) * ag / units);
-      e.comm_bytes_per_gpu.dp = fm * (2 * sent(Collective::kAllGather, weights) + sent(Collective::kReduceScatter, grads) +
-                                      replica_sent + expert_sent +
-                                      (experts ? 2 * collective_bytes_per_rank(Collective::kAllGather, ew, edp) : 0.0));
+      b.dp_replica = fm * replica_sent;
+      b.dp_expert = fm * (expert_sent + 2 * expert_ag_sent);
+      b.dp = fm * (2 * sent(Collective::kAllGather, weights) + sent(Collective::kReduceScatter, grads));
     }
   }
   if (experts && plan.zero <= 1) {  // once a step, after the dense buckets
     const Collective reduce = plan.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
     e.dp_exposed_s += exposed_reduction(collective_time_s(reduce, eg, edp, el), window, eg, plan) +
                       (plan.zero == 1 ? collective_time_s(Collective::kAllGather, ew, edp, el) : 0.0);
-    e.comm_bytes_per_gpu.dp += collective_bytes_per_rank(reduce, eg, edp) +
-                               (plan.zero == 1 ? collective_bytes_per_rank(Collective::kAllGather, ew, edp) : 0.0);
+    b.dp_expert = collective_bytes_per_rank(reduce, eg, edp) + (plan.zero == 1 ? expert_ag_sent : 0.0);
   }
+  b.dp += b.dp_replica + b.dp_expert;
 
   e.optimizer_s = optimizer_step_s(c, plan, heaviest);
   e.overhead_s = plan.execution.step_overhead_us * 1e-6;

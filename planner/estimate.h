@@ -31,11 +31,14 @@ double pipeline_time_s(const Plan& p, int64_t m, const StageTimes& slowest, cons
 
 struct CommBytes {
   double tp = 0, pp = 0, dp = 0;  // dp: data-parallel and ZeRO traffic, the experts' included
-  double cp = 0, ep = 0;          // CP's KV exchange, EP's token all-to-alls
+  // The parts of dp on other groups than the shard's: hybrid sharding's replica all-reduce and the
+  // experts' reductions and gathers over the expert data-parallel ranks.
+  double dp_replica = 0, dp_expert = 0;
+  double cp = 0, ep = 0;  // CP's KV exchange, EP's token all-to-alls
 };
 
-// Bytes a GPU sends per step over NVLink (inside a node) and over the network, from its TP, PP and
-// DP bytes and where each group lies in the rank order.
+// Bytes a GPU sends per step over NVLink (inside a node) and over the network, from its bytes per
+// group and where each group lies in the rank order.
 struct TierBytes {
   double nvlink = 0, network = 0;
 };

@@ -18,7 +18,7 @@ std::vector<double> flatten(const StepMeasures& s) {
   std::vector<double> v{s.makespan_s, s.optimizer_s};
   for (const StageReport& r : s.stages)
     v.insert(v.end(), {r.busy_s, r.exposed_pp_s, r.exposed_dp_s, r.tp_s, r.pipeline_end_s, static_cast<double>(r.peak_in_flight)});
-  for (const CommBytes& b : s.stage_bytes) v.insert(v.end(), {b.tp, b.pp, b.dp});
+  for (const CommBytes& b : s.stage_bytes) v.insert(v.end(), {b.tp, b.pp, b.dp, b.dp_replica, b.dp_expert});
   return v;
 }
 
@@ -32,7 +32,7 @@ StepMeasures unflatten(const std::vector<double>& v, size_t stages) {
     r.peak_in_flight = std::llround(v[i++]);
   }
   s.stage_bytes.resize(stages);
-  for (CommBytes& b : s.stage_bytes) b.tp = v[i++], b.pp = v[i++], b.dp = v[i++];
+  for (CommBytes& b : s.stage_bytes) b.tp = v[i++], b.pp = v[i++], b.dp = v[i++], b.dp_replica = v[i++], b.dp_expert = v[i++];
   return s;
 }
 

@@ -102,10 +102,12 @@ CommBytes stage_comm_bytes(const StageProgram& sp) {
   for (const ProgramOp& op : sp.ops) {
     if (op.type == ProgramOpType::kCompute) b.tp += op.sent_bytes;
     else if (op.type == ProgramOpType::kSend) b.pp += op.sent_bytes;
-    else if (op.type == ProgramOpType::kCollective)
-      (op.group == GroupKind::kTp                                                                            ? b.tp
-       : op.group == GroupKind::kDp || op.group == GroupKind::kDpReplica || op.group == GroupKind::kExpertDp ? b.dp
-                                                                                                           : b.pp) += op.sent_bytes;
+    else if (op.type == ProgramOpType::kCollective) {
+      const bool dp = op.group == GroupKind::kDp || op.group == GroupKind::kDpReplica || op.group == GroupKind::kExpertDp;
+      (op.group == GroupKind::kTp ? b.tp : dp ? b.dp : b.pp) += op.sent_bytes;
+      if (op.group == GroupKind::kDpReplica) b.dp_replica += op.sent_bytes;
+      if (op.group == GroupKind::kExpertDp) b.dp_expert += op.sent_bytes;
+    }
   }
   return b;
 }
@@ -145,7 +147,11 @@ void summarise(const ModelSpec& m, const ClusterSpec& c, const LayerTiming& laye
     const CommBytes& b = measures.stage_bytes[s];
     e.comm_bytes_per_gpu.tp = std::max(e.comm_bytes_per_gpu.tp, b.tp);
     e.comm_bytes_per_gpu.pp = std::max(e.comm_bytes_per_gpu.pp, b.pp);
-    e.comm_bytes_per_gpu.dp = std::max(e.comm_bytes_per_gpu.dp, b.dp);
+    if (b.dp >= e.comm_bytes_per_gpu.dp) {  // the stage sending the most, with its split
+      e.comm_bytes_per_gpu.dp = b.dp;
+      e.comm_bytes_per_gpu.dp_replica = b.dp_replica;
+      e.comm_bytes_per_gpu.dp_expert = b.dp_expert;
+    }
   }
   e.optimizer_s = measures.optimizer_s;
   double bubble_sum = 0;

@@ -155,6 +155,29 @@ TEST(Simulation, Fp32GradientsDoubleTheReduction) {
   EXPECT_NEAR(dp_bytes(1, true) - dp_bytes(1, false), 0.75 * 2 * n, 1e-6 * n);
 }
 
+// Hybrid sharding over two 8-GPU nodes (GPT-2, N = 124,439,808, DP 16, dp_shard 8, ZeRO 3, two
+// micro-batches): the shard's gathers and reduce-scatters stay on NVLink, and each micro-batch's
+// shard of the bf16 gradients (2N / 8 bytes) is all-reduced with the other node's replica,
+// 2 x (2 - 1) / 2 x 2N / 8 = N / 4 bytes sent, N / 2 in the step: the only network bytes.
+TEST(Simulation, HybridShardingSendsOnlyTheReplicaReduceOverTheNetwork) {
+  const ModelSpec m = load("gpt2");
+  const ClusterSpec c = load_cluster("dgx-h100").value();
+  const double n = 124439808;
+  Plan p;
+  p.dp = 16;
+  p.dp_shard = 8;
+  p.zero = 3;
+  p.global_batch = 32;
+  p.seq_len = 1024;
+  ASSERT_EQ(p.micro_batches(), 2);
+  const StepReport simulated = simulate_step(m, c, p).value().report;
+  for (const StepReport& e : {estimate_step(m, c, p), simulated}) {
+    EXPECT_NEAR(e.comm_bytes_per_gpu.dp_replica, n / 2, 1e-6 * n);
+    EXPECT_NEAR(e.tier_bytes_per_gpu.network, n / 2, 1e-6 * n);
+    EXPECT_NEAR(e.tier_bytes_per_gpu.nvlink, e.comm_bytes_per_gpu.dp - n / 2, 1e-6 * n);
+  }
+}
+
 // Perfetto needs properly nested events per track; we emit none that overlap at all.
 TEST(Trace, NoOverlapOnAnyTrackAndCanonicalNames) {
   const ModelSpec m = load("llama3-8b");
