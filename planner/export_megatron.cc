@@ -218,7 +218,8 @@ void training_arguments(const ModelSpec& m, const Plan& p, Args& arg) {
     // E4M3 forward, E5M2 gradients; current scaling is Megatron's tensorwise recipe. Delayed
     // scaling states Transformer Engine's own amax history, not Megatron's default of 1.
     arg("--fp8-format", "hybrid");
-    arg("--fp8-recipe", p.execution.fp8_recipe == Fp8Recipe::kCurrent ? "tensorwise" : "delayed");
+    // Megatron's names: tensorwise is current scaling; blockwise and mxfp8 keep theirs.
+    arg("--fp8-recipe", p.execution.fp8_recipe == Fp8Recipe::kCurrent ? "tensorwise" : fp8_recipe_name(p.execution.fp8_recipe));
     if (p.execution.fp8_recipe == Fp8Recipe::kDelayed) {
       arg("--fp8-amax-history-len", 1024);
       arg("--fp8-amax-compute-algo", "max");

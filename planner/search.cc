@@ -347,7 +347,7 @@ Result<SearchResult> search(const ModelSpec& m, const ClusterSpec& c, const Sear
   if (!(o.max_memory_fraction > 0 && o.max_memory_fraction <= 1))
     return Error{"--max-memory-fraction must be in (0, 1]"};
   if (o.fixed_zero > 3) return Error{"--zero must be 0, 1, 2 or 3"};
-  if (std::string why = gpu_refusal(c, o.precision); !why.empty()) return Error{why};
+  if (std::string why = gpu_refusal(c, o.precision, o.execution.fp8_recipe); !why.empty()) return Error{why};
   if (o.fixed_cp > 0 && (o.fixed_cp > o.gpus || o.gpus % o.fixed_cp != 0))
     return Error{"--cp " + std::to_string(o.fixed_cp) + " does not divide --gpus " + std::to_string(o.gpus)};
   if (o.fixed_ep > 0 && (!m.is_moe() || m.experts % o.fixed_ep != 0))

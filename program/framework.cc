@@ -136,6 +136,9 @@ std::string megatron_refusal(const std::string& name, const Plan& p, const Model
     return name + ": optimizer offload with fp8_param_gather needs fp8_recipe delayed (validate_args)";
   if (p.precision == Precision::kFp8 && p.execution.fp8_recipe == Fp8Recipe::kRowwise)
     return name + " has no fp8_recipe rowwise (--fp8-recipe delayed|tensorwise|mxfp8|blockwise)";
+  if (name == "nemo" && p.precision == Precision::kFp8 &&
+      (p.execution.fp8_recipe == Fp8Recipe::kBlockwise || p.execution.fp8_recipe == Fp8Recipe::kMxfp8))
+    return "nemo (NeMo 1.0, Transformer Engine 1.x) has no block-scaled FP8 recipe (blockwise, mxfp8 came with Transformer Engine 2)";
   if (p.offload && p.zero != 1) return name + " offloads the optimizer only with the distributed optimizer (zero 1)";
   // Megatron-Core's TransformerConfig asserts these for --overlap-moe-expert-parallel-comm.
   if (p.execution.moe_a2a_overlap && p.ep > 1 && p.pp > 1 && p.schedule != Schedule::kInterleaved)

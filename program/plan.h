@@ -26,12 +26,13 @@ enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
 // (cp_comm_type all_gather, Llama 3's long-context training); a2a, all-to-alls that trade the
 // sequence split for a head split around the attention (Ulysses).
 enum class CpComm { kP2p, kAllGather, kAllToAll };
-// FP8 scaling (Transformer Engine): delayed, from the amax history of earlier steps; current, from
-// each tensor's own amax, one more read of it before the cast.
 // FP8 scaling: delayed (amax history), current (each tensor's own amax: Megatron's tensorwise),
 // rowwise (current scaling with one scale per row of each GEMM operand: torchao's Float8 rowwise,
-// cuBLASLt's row-scaled FP8 GEMM).
-enum class Fp8Recipe { kDelayed, kCurrent, kRowwise };
+// cuBLASLt's row-scaled FP8 GEMM), blockwise (DeepSeek-V3's: a scale per 1 x 128 block of
+// activations and gradients, per 128 x 128 block of weights; Transformer Engine's
+// Float8BlockScaling, Megatron's --fp8-recipe blockwise), mxfp8 (OCP microscaling: a power-of-two
+// scale per 32 elements, which Blackwell's tensor cores apply themselves).
+enum class Fp8Recipe { kDelayed, kCurrent, kRowwise, kBlockwise, kMxfp8 };
 // MoE token dispatch over EP: all-to-all, one copy per routed expert (Megatron's alltoall
 // dispatcher); or DeepEP (Megatron's flex dispatcher with --moe-enable-deepep), which sends a token
 // once to each other node holding one of its experts and forwards it there over NVLink.

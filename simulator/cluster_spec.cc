@@ -16,10 +16,13 @@ double GpuSpec::peak_flops(Precision p) const {
   return tflops * 1e12;
 }
 
-std::string gpu_refusal(const ClusterSpec& c, Precision p) {
+std::string gpu_refusal(const ClusterSpec& c, Precision p, Fp8Recipe recipe) {
   if (p == Precision::kFp8 && c.gpu.peak_fp8_tflops <= 0)
     return "precision fp8 needs FP8 tensor cores: " + c.gpu.name + " has none (cluster " + c.name +
            " sets no gpu.peak_tflops.fp8)";
+  if (p == Precision::kFp8 && recipe == Fp8Recipe::kMxfp8 && !c.gpu.mxfp8)
+    return "fp8_recipe mxfp8 needs tensor cores that scale blocks themselves (Blackwell): " + c.gpu.name +
+           " has none (cluster " + c.name + " sets no gpu.mxfp8)";
   return "";
 }
 
@@ -165,6 +168,7 @@ Status read_gpu(const nlohmann::json& j, const std::string& where, GpuSpec& g) {
   if (f.ok() && g.grouped_gemm_hbm_efficiency > 1.0)
     f.fail("grouped_gemm_hbm_efficiency", "is a fraction and must be <= 1");
   if (f.ok() && f.has("fp8_rowwise_gemm_fraction")) read_fraction(f, "fp8_rowwise_gemm_fraction", g.fp8_rowwise_gemm_fraction);
+  g.mxfp8 = f.optional_bool("mxfp8", false);
   g.reserved_gib = f.required_number("reserved_gib", /*allow_zero=*/true);
   g.power_class = f.optional_string("power_class").value_or(g.name);
   require_source(f);

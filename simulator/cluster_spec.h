@@ -13,6 +13,7 @@
 
 #include "models/layer_cost.h"
 #include "models/status.h"
+#include "program/plan.h"
 #include "simulator/calibration.h"
 
 namespace parallax {
@@ -65,6 +66,7 @@ struct GpuSpec {
   double grouped_gemm_hbm_efficiency = 0;
   // FP8 GEMMs with one scale per row of each operand over tensorwise-scaled ones (default 1).
   double fp8_rowwise_gemm_fraction = 1;
+  bool mxfp8 = false;  // tensor cores apply MXFP8's per-32-element block scales (Blackwell)
   double reserved_gib = 0;                // CUDA context, NCCL and cuBLAS workspaces
   // Which calibrated sustained fraction applies (GPUs of one die at one power limit share one);
   // default: the GPU's name.
@@ -117,8 +119,9 @@ struct ClusterSpec {
   Calibration calibration;
 };
 
-// "" if `plan` can run on the cluster's GPU, else why not in one line (FP8 on a GPU without FP8).
-std::string gpu_refusal(const ClusterSpec& c, Precision p);
+// "" if a plan of precision `p` (FP8: scaled by `recipe`) can run on the cluster's GPU, else why not
+// in one line (FP8 on a GPU without FP8, MXFP8 without block-scaled tensor cores).
+std::string gpu_refusal(const ClusterSpec& c, Precision p, Fp8Recipe recipe = Fp8Recipe::kDelayed);
 
 Result<ClusterSpec> cluster_from_json(const nlohmann::json& j, const std::string& where);
 // `name_or_path`: a path, or a name found as clusters/NAME.json in the data directory.

@@ -112,7 +112,7 @@ void add_execution_flags(CLI::App& app, ExecutionFlags& f) {
   app.add_option("--cp-comm", f.cp_comm, "context parallelism's attention: p2p (ring, default) | all-gather | a2a (Ulysses)");
   app.add_option("--moe-imbalance", f.moe_imbalance, "MoE: the busiest expert's tokens over the mean (1: forced balance; default: a trained router's, measured)");
   app.add_option("--moe-capacity-factor", f.moe_capacity_factor, "MoE: tokens an expert takes, x the mean (0: dropless)");
-  app.add_option("--fp8-recipe", f.fp8_recipe, "FP8 scaling: delayed (default) | current | rowwise");
+  app.add_option("--fp8-recipe", f.fp8_recipe, "FP8 scaling: delayed (default) | current | rowwise | blockwise | mxfp8");
   app.add_flag("--fp8-param-gather", f.fp8_param_gather, "FP8: weights kept and all-gathered in FP8");
   app.add_flag("--tp-comm-overlap", f.tp_comm_overlap, "TP collectives overlapped with GEMMs (userbuffers, async TP)");
   app.add_flag("--moe-a2a-overlap", f.moe_a2a_overlap,
@@ -142,7 +142,7 @@ Execution execution_or_fail(const ExecutionFlags& f) {
   }
   if (!f.fp8_recipe.empty()) {
     const std::optional<Fp8Recipe> r = parse_fp8_recipe(f.fp8_recipe);
-    if (!r) fail("--fp8-recipe: unknown '" + f.fp8_recipe + "' (expected delayed|current|rowwise)");
+    if (!r) fail("--fp8-recipe: unknown '" + f.fp8_recipe + "' (expected delayed|current|rowwise|blockwise|mxfp8)");
     e.fp8_recipe = *r;
   }
   if (f.fp8_param_gather) e.fp8_param_gather = true;

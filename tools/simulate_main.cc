@@ -220,7 +220,7 @@ int run(int argc, char** argv) {
       if (app.count(flag)) cli::fail(std::string(flag) + " cannot be combined with --plan (edit the plan file)");
   Plan plan = o.plan_file.empty() ? plan_from_flags(o, app, m, defaults) : load_plan_or_fail(o.plan_file, o.execution.framework);
   if (Status s = check_plan(plan, m, c.node.gpus); !s.ok()) cli::fail(s.error());
-  if (std::string why = gpu_refusal(c, plan.precision); !why.empty()) cli::fail(why);
+  if (std::string why = gpu_refusal(c, plan.precision, plan.execution.fp8_recipe); !why.empty()) cli::fail(why);
   if (c.max_nodes > 0 && plan.gpus() > c.max_nodes * c.node.gpus)
     cli::fail("plan needs " + std::to_string(plan.gpus()) + " GPUs; cluster '" + c.name + "' has " +
               std::to_string(c.max_nodes * c.node.gpus));

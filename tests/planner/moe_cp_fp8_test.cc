@@ -18,22 +18,14 @@
 #include "simulator/collective_cost.h"
 #include "simulator/compute_cost.h"
 #include "simulator/step_costs.h"
-#include "../simulator/test_cluster.h"
+#include "small_plans.h"
 
 namespace parallax {
 namespace {
 
-ModelSpec load(const std::string& name) { return load_model(name).value(); }
-ClusterSpec round_cluster() { return cluster_from_json(testing_support::round_cluster_json(), "round").value(); }
-
-Plan plan(int64_t tp, int64_t cp, int64_t dp, int64_t ep, int64_t seq_len) {
-  Plan p;
-  p.tp = tp, p.cp = cp, p.dp = dp, p.ep = ep;
-  p.seq_len = seq_len;
-  p.micro_batch = 1;
-  p.global_batch = dp;
-  return p;
-}
+using testing_support::load;
+using testing_support::plan;
+using testing_support::round_cluster;
 
 // TP 2 x CP 2 x DP 2 x PP 2 with EP 2: rank r sits at tp = r % 2, data index e = (r / 2) % 4
 // (cp = e % 2, dp = e / 2), pp = r / 8. Rank 7: tp 1, e 3 -> cp 1, dp 1, pp 0.
@@ -395,55 +387,6 @@ TEST(StepCosts, ContextParallelAllGather) {
   EXPECT_NEAR(t.exchange_forward_s, 10e-6 + 524288.0 / 10e9, 1e-12);
   EXPECT_NEAR(t.exchange_backward_s, 10e-6 + 524288.0 / 10e9, 1e-12);
   EXPECT_DOUBLE_EQ(t.cp_bytes, 2 * 524288.0);
-}
-
-// FP8 GEMMs run at the FP8 peak; a GPU without one refuses the plan.
-TEST(StepCosts, Fp8UsesTheFp8Peak) {
-  nlohmann::json j = testing_support::round_cluster_json();
-  EXPECT_NE(gpu_refusal(round_cluster(), Precision::kFp8), "");
-  j["gpu"]["peak_tflops"]["fp8"] = 200;
-  const ClusterSpec c = cluster_from_json(j, "round").value();
-  EXPECT_EQ(gpu_refusal(c, Precision::kFp8), "");
-  const Gemm g{"fc1", 4096, 4096, 4096};
-  EXPECT_DOUBLE_EQ(gemm_time_s(c.gpu, Precision::kFp8, g), gemm_time_s(c.gpu, Precision::kBf16, g) / 2);
-  // Weights keep FP8 copies (2 + 1 + 1 bytes), or with fp8_param_gather only the FP8 pair.
-  Plan p = plan(1, 1, 1, 1, 4096);
-  p.precision = Precision::kFp8;
-  EXPECT_EQ(bytes_per_param(p).weights, 4);
-  EXPECT_EQ(bytes_per_param(p).gathered, 2);
-  p.execution.fp8_param_gather = true;
-  EXPECT_EQ(bytes_per_param(p).weights, 2);
-  EXPECT_EQ(bytes_per_param(p).gathered, 1);
-}
-
-// Rowwise scaling runs the FP8 GEMMs at the GPU's fp8_rowwise_gemm_fraction of tensorwise ones: at
-// 0.5 a layer's forward grows by exactly its FP8 GEMMs' tensorwise time (each GEMM taking twice as
-// long) over the same plan at 1, the attention core and the bf16 router unchanged. Its casts move
-// 10 bytes per element against current scaling's 6 (two quantizations, along each GEMM's reduction
-// axis), so at fraction 1 the rowwise layer is still the slower.
-TEST(StepCosts, Fp8RowwiseScaledGemms) {
-  nlohmann::json j = testing_support::round_cluster_json();
-  j["gpu"]["peak_tflops"]["fp8"] = 200;
-  const ClusterSpec c = cluster_from_json(j, "round").value();
-  const ModelSpec m = load("llama3.1-8b");
-  Plan current = plan(1, 1, 1, 1, 4096), rowwise = current;
-  current.precision = rowwise.precision = Precision::kFp8;
-  current.execution.fp8_recipe = Fp8Recipe::kCurrent;
-  rowwise.execution.fp8_recipe = Fp8Recipe::kRowwise;
-  const double rowwise_at_one_s = layer_timing(m, c, rowwise).forward_s;
-  EXPECT_GT(rowwise_at_one_s, layer_timing(m, c, current).forward_s);
-  j["gpu"]["fp8_rowwise_gemm_fraction"] = 0.5;
-  const ClusterSpec half = cluster_from_json(j, "round").value();
-  double fp8_gemms_s = 0;
-  for (const Gemm& g : layer_gemms(m, GemmShape{4096, 1, 1, 1, 1}))
-    if (std::string(g.name) != "scores" && std::string(g.name) != "attn_v" && std::string(g.name) != "router")
-      fp8_gemms_s += gemm_time_s(half.gpu, Precision::kFp8, g);
-  ASSERT_GT(fp8_gemms_s, 0);
-  EXPECT_NEAR(layer_timing(m, half, rowwise).forward_s - rowwise_at_one_s, fp8_gemms_s, 1e-9 * fp8_gemms_s);
-  // The recipe round-trips through JSON; Megatron has no rowwise recipe to export.
-  EXPECT_EQ(plan_from_json(plan_to_json(rowwise), "j").value().execution.fp8_recipe, Fp8Recipe::kRowwise);
-  rowwise.zero = 1;
-  EXPECT_NE(megatron_arguments(m, rowwise).error().find("fp8_recipe rowwise"), std::string::npos);
 }
 
 // Mixtral, DP 4, EP 2, ZeRO-1: each rank holds 4 of the 8 experts; their gradients reduce over the
