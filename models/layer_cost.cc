@@ -130,9 +130,15 @@ double attention_executed_fraction(int64_t seq_len, AttentionKernel kernel) {
   return (n + 1.0) / (2.0 * n);
 }
 
+int64_t mla_up_proj_weights(const ModelSpec& m) {
+  if (!m.is_mla()) return 0;
+  const int64_t kv_up = m.kv_lora_rank * m.heads * (m.head_dim - m.qk_rope_dim + m.v_head_dim);
+  return kv_up + (m.q_lora_rank > 0 ? m.q_lora_rank * m.q_dim() : 0);
+}
+
 double hardware_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch,
                                Recompute recompute, SelectiveRecompute selective, AttentionKernel kernel,
-                               double recompute_fraction) {
+                               double recompute_fraction, unsigned recompute_modules) {
   const bool flash = kernel == AttentionKernel::kFlash;
   const double share = attention_executed_fraction(seq_len, kernel);
   const double per_token = over_layers(m, [&](const ModelSpec& l) {
@@ -142,8 +148,11 @@ double hardware_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t glob
     const double run_core = share * core * (flash ? 3.5 : 3.0);
     double layer = p.forward + p.backward() - 3.0 * core + run_core;
     if (recompute == Recompute::kFull) layer += recompute_fraction * (p.forward - core + share * core);
-    if (recompute == Recompute::kSelective)
-      layer += selective == SelectiveRecompute::kOps ? 2.0 * d(ops_recomputed_matmul_weights(l)) : share * core;
+    if (recompute == Recompute::kSelective && selective == SelectiveRecompute::kOps)
+      layer += 2.0 * d(ops_recomputed_matmul_weights(l));
+    else if (recompute == Recompute::kSelective)
+      layer += ((recompute_modules & kCoreAttn) ? share * core : 0.0) +
+               ((recompute_modules & kMlaUpProj) ? 2.0 * d(mla_up_proj_weights(l)) : 0.0);
     return layer;
   });
   const PassFlops logits = logits_flops_per_token(m);
@@ -267,7 +276,13 @@ LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOpti
   double att_par = 2 * d(m.q_dim()) + 2 * d(m.kv_dim()) + 2 * d(m.v_dim()) + 2 * d(m.o_dim());
   if (m.is_mla()) att_rep += 4 * d(m.kv_lora_rank + m.q_lora_rank) + 2 * d(m.qk_rope_dim);
   if (o.fp8) att_rep -= h, att_par -= d(m.o_dim());
-  if (o.recompute == Recompute::kNone) {
+  // Megatron's modules under selective recompute: what each re-runs is not kept (the attention
+  // core's scores or log-sum-exp below; the norm output feeding QKV, 1 byte under FP8; MLA's
+  // up-projected Q, K and V, recomputed from the latents kept above).
+  const bool modules = o.recompute == Recompute::kSelective;
+  if (modules && (o.modules & kLayernorm)) att_rep -= o.fp8 ? h : 2 * h;
+  if (modules && (o.modules & kMlaUpProj) && m.is_mla()) att_par -= 2 * d(m.q_dim()) + 2 * d(m.kv_dim()) + 2 * d(m.v_dim());
+  if (o.recompute == Recompute::kNone || (modules && !(o.modules & kCoreAttn))) {
     const double a_s = d(m.heads) * d(o.seq_len);
     if (o.attention == AttentionKernel::kMaterialized) {
       // softmax output 2as, dropout mask as and output 2as (Korthikanti's 5as); without dropout
@@ -285,6 +300,9 @@ LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOpti
   double mlp_par = m.mlp == Mlp::kSwiGlu ? 6 * f : 4 * f;
   if (m.is_moe()) mlp_rep += routed * 2 * h + 4 * d(m.experts);  // permuted tokens, fp32 router probs
   if (o.fp8) mlp_rep -= h, mlp_par -= f;
+  if (modules && (o.modules & kLayernorm)) mlp_rep -= o.fp8 ? h : 2 * h;  // the norm output feeding FC1 (the router)
+  // The routed experts' activation output, FC2's input (1 byte under FP8).
+  if (modules && (o.modules & kMoeAct) && m.is_moe()) mlp_par -= d(m.ffn_hidden) * routed * (o.fp8 ? 1 : 2);
   a.attention = (att_rep / rep + att_par / t) * tokens;
   a.mlp = (mlp_rep / rep + mlp_par / t) * tokens;
   a.norms = d(m.norms_per_layer) * 2 * h / rep * tokens;  // the inputs of the norms

@@ -32,11 +32,19 @@ enum class AttentionKernel { kMaterialized, kFlash };
 // model): RMSNorm in fp32 over five ops, rotary through complex fp32, SwiGLU as two kernels,
 // GQA's repeat_kv and the attention output's transpose as copies.
 enum class KernelFusion { kFused, kEager };
-// What `selective` recompute re-runs: Megatron's attention core (Korthikanti et al.: softmax,
-// dropout and the two attention GEMMs), or torchtitan's op-level policy (selective_ac_option
-// 'op': the outputs of matmuls are saved except every second one, and the attention kernel's; the
-// rest re-runs — for Llama the K, O and up projections and every elementwise op).
+// What `selective` recompute re-runs: Megatron's modules (below; by default the attention core of
+// Korthikanti et al.: softmax, dropout and the two attention GEMMs), or torchtitan's op-level
+// policy (selective_ac_option 'op': the outputs of matmuls are saved except every second one, and
+// the attention kernel's; the rest re-runs — for Llama the K, O and up projections and every
+// elementwise op).
 enum class SelectiveRecompute { kAttentionCore, kOps };
+// Megatron-Core's --recompute-modules, a set (bits) re-run under kAttentionCore's policy:
+// core_attn (its default), layernorm (the norms' outputs, not kept, recomputed from their inputs),
+// moe_act (the routed experts' activation function: its output, FC2's input, not kept) and
+// mla_up_proj (MLA's query and key-value up-projections and RoPE, recomputed from the latents).
+enum RecomputeModule : unsigned { kCoreAttn = 1u, kLayernorm = 2u, kMoeAct = 4u, kMlaUpProj = 8u };
+// Weights of MLA's up-projections, per layer (kv_up, and q's from its latent when it has one).
+int64_t mla_up_proj_weights(const ModelSpec& m);
 
 // Parameters of one transformer layer, split by how tensor and expert parallelism treat them (of
 // a leading dense layer of an MoE model: layer_params(dense_layer_model(m))).
@@ -93,13 +101,14 @@ double attention_executed_fraction(int64_t seq_len, AttentionKernel kernel);
 // attention_executed_fraction of the square, and a flash kernel's backward 2.5 x its forward (it
 // recomputes Q K^T; the FlashAttention benchmarks' convention); plus what activation recompute
 // re-runs (one forward of every layer for full recompute, of recompute_fraction of them when only
-// those recompute; for selective the attention core's forward, or with the op-level policy the
-// recomputed matmuls). Materialized attention (the default) executes the full square, so without
+// those recompute; for selective the modules' matmuls — the attention core's forward, MLA's
+// up-projections — or with the op-level policy the recomputed matmuls). Materialized attention (the default) executes the full square, so without
 // recompute hardware FLOPs equal model FLOPs.
 double hardware_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch,
                                Recompute recompute,
                                SelectiveRecompute selective = SelectiveRecompute::kAttentionCore,
-                               AttentionKernel kernel = AttentionKernel::kMaterialized, double recompute_fraction = 1);
+                               AttentionKernel kernel = AttentionKernel::kMaterialized, double recompute_fraction = 1,
+                               unsigned recompute_modules = kCoreAttn);
 // Weights of the matmuls the op-level policy re-runs, per layer: every second matmul in call order
 // (Q, K, V, O, then gate, up, down or FC1, FC2) is recomputed up to the last one whose output the
 // backward needs: K and O, and up for a gated MLP.
@@ -155,6 +164,7 @@ struct ActivationOptions {
   Recompute recompute = Recompute::kNone;
   AttentionKernel attention = AttentionKernel::kMaterialized;
   SelectiveRecompute selective = SelectiveRecompute::kAttentionCore;
+  unsigned modules = kCoreAttn;  // what kAttentionCore's policy re-runs (RecomputeModule bits)
   int64_t cp = 1;     // context parallelism: each rank keeps s / cp of every sequence
   bool fp8 = false;   // FP8 GEMMs save their inputs' 1-byte casts (Transformer Engine)
   double recompute_fraction = 1;  // full recompute on this share of the layers, none on the rest

@@ -197,7 +197,8 @@ void finish_report(const ModelSpec& m, const ClusterSpec& c, const Plan& plan, S
   e.tier_bytes_per_gpu = bytes_by_tier(c, plan, e.comm_bytes_per_gpu);
   e.model_flops = model_flops_per_step(m, plan.seq_len, plan.global_batch);
   e.hardware_flops = hardware_flops_per_step(m, plan.seq_len, plan.global_batch, plan.recompute, plan.execution.selective,
-                                             plan.execution.attention, plan.execution.recompute_fraction);
+                                             plan.execution.attention, plan.execution.recompute_fraction,
+                                             plan.execution.recompute_modules);
   const double gpus = d(plan.gpus());
   e.tokens_per_s = d(plan.global_batch) * d(plan.seq_len) / e.step_time_s;
   e.model_tflops_per_gpu = e.model_flops / e.step_time_s / gpus / 1e12;

@@ -240,7 +240,14 @@ void training_arguments(const ModelSpec& m, const Plan& p, Args& arg) {
     arg.flag("--optimizer-cpu-offload");
     arg.flag("--use-precision-aware-optimizer");  // validate_args requires it with the offload
   }
-  if (p.recompute == Recompute::kSelective) arg("--recompute-granularity", "selective");
+  if (p.recompute == Recompute::kSelective) {
+    arg("--recompute-granularity", "selective");
+    if (p.execution.recompute_modules != kCoreAttn) {
+      std::string modules;
+      for (const std::string& name : recompute_module_names(p.execution.recompute_modules)) modules += (modules.empty() ? "" : " ") + name;
+      arg("--recompute-modules", modules);
+    }
+  }
   if (p.recompute == Recompute::kFull && p.execution.recompute_fraction < 1) {
     // block: the first n layers of every chunk recompute, n the priced share of a chunk's layers.
     const int64_t chunk = p.chunk_layers(m.layers, 0).count;

@@ -136,9 +136,6 @@ std::string megatron_refusal(const std::string& name, const Plan& p, const Model
     return name + ": optimizer offload with fp8_param_gather needs fp8_recipe delayed (validate_args)";
   if (p.precision == Precision::kFp8 && p.execution.fp8_recipe == Fp8Recipe::kRowwise)
     return name + " has no fp8_recipe rowwise (--fp8-recipe delayed|tensorwise|mxfp8|blockwise)";
-  if (name == "nemo" && p.precision == Precision::kFp8 &&
-      (p.execution.fp8_recipe == Fp8Recipe::kBlockwise || p.execution.fp8_recipe == Fp8Recipe::kMxfp8))
-    return "nemo (NeMo 1.0, Transformer Engine 1.x) has no block-scaled FP8 recipe (blockwise, mxfp8 came with Transformer Engine 2)";
   if (p.offload && p.zero != 1) return name + " offloads the optimizer only with the distributed optimizer (zero 1)";
   // Megatron-Core's TransformerConfig asserts these for --overlap-moe-expert-parallel-comm.
   if (p.execution.moe_a2a_overlap && p.ep > 1 && p.pp > 1 && p.schedule != Schedule::kInterleaved)
@@ -146,7 +143,9 @@ std::string megatron_refusal(const std::string& name, const Plan& p, const Model
   if (p.execution.moe_a2a_overlap && p.ep > 1 && p.recompute == Recompute::kFull)
     return name + "'s expert all-to-all overlap runs without full recompute";
   if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
-    return name + "'s selective recompute re-runs the attention core only";
+    return name + "'s selective recompute re-runs Megatron's modules (the attention core by default), not torchtitan's ops";
+  if (p.recompute == Recompute::kSelective && p.execution.recompute_modules != kCoreAttn && name == "megatron-2022")
+    return name + "'s selective recompute re-runs the attention core only (--recompute-modules came with later Megatron-Core)";
   if (name == "megatron-2022" && (p.zero > 0 || p.offload || p.uneven() || p.hybrid_sharding() || p.cp > 1 || p.ep > 1 ||
                                   p.precision == Precision::kFp8))
     return "megatron-2022 (Korthikanti et al.) has no distributed optimizer, offload, uneven stages, hybrid sharding, "
@@ -195,6 +194,8 @@ std::string torchtitan_refusal(const Plan& p) {
   if (p.zero == 1 || p.zero == 2) return "torchtitan runs DDP (zero 0) or FSDP2 (zero 3), not zero " + std::to_string(p.zero);
   if (p.tp > 1 && !p.sequence_parallel) return "torchtitan's tensor parallelism shards the norms' sequence too (sequence_parallel)";
   if (p.pp > 1 && p.schedule == Schedule::kZbH1) return "torchtitan has no ZB-H1 schedule (gpipe, 1f1b or interleaved)";
+  if (p.recompute == Recompute::kSelective && p.execution.recompute_modules != kCoreAttn)
+    return "torchtitan has no recompute_modules (they are Megatron's; its selective policy is ops)";
   if (p.offload && p.zero != 3) return "torchtitan offloads only with FSDP2 (zero 3)";
   if (p.cp > 1 && p.execution.cp_comm == CpComm::kAllToAll)
     return "torchtitan's context parallelism rotates K and V (cp_comm p2p or all-gather), not Ulysses";

@@ -30,6 +30,7 @@ double boundary_tensor_bytes(const ModelSpec& m, const Plan& plan) {
 ActivationOptions activation_options(const Plan& plan) {
   ActivationOptions o{plan.seq_len, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute,
                       plan.execution.attention, plan.execution.selective};
+  o.modules = plan.execution.recompute_modules;
   o.cp = plan.cp;
   o.fp8 = plan.precision == Precision::kFp8;
   o.recompute_fraction = plan.execution.recompute_fraction;

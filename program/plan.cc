@@ -47,6 +47,22 @@ const char* precision_name(Precision p) { return enum_name(p, kPrecisions); }
 const char* attention_name(AttentionKernel k) { return enum_name(k, kKernels); }
 const char* kernels_name(KernelFusion k) { return enum_name(k, kFusions); }
 const char* selective_name(SelectiveRecompute s) { return enum_name(s, kSelectives); }
+
+const std::pair<const char*, unsigned> kRecomputeModules[] = {
+    {"core_attn", kCoreAttn}, {"layernorm", kLayernorm}, {"moe_act", kMoeAct}, {"mla_up_proj", kMlaUpProj}};
+
+std::vector<std::string> recompute_module_names(unsigned modules) {
+  std::vector<std::string> names;
+  for (const auto& [name, bit] : kRecomputeModules)
+    if (modules & bit) names.push_back(name);
+  return names;
+}
+
+std::optional<unsigned> parse_recompute_module(const std::string& name) {
+  for (const auto& [known, bit] : kRecomputeModules)
+    if (name == known) return bit;
+  return std::nullopt;
+}
 const char* cp_comm_name(CpComm c) { return enum_name(c, kCpComms); }
 const char* fp8_recipe_name(Fp8Recipe r) { return enum_name(r, kFp8Recipes); }
 std::optional<CpComm> parse_cp_comm(const std::string& s) { return parse_enum(s, kCpComms); }
@@ -287,6 +303,7 @@ nlohmann::json plan_to_json(const Plan& p) {
           {"execution",
            {{"framework", e.framework}, {"attention", attention_name(e.attention)},
             {"attention_impl", e.attention_impl}, {"kernels", kernels_name(e.kernels)}, {"selective", selective_name(e.selective)},
+            {"recompute_modules", recompute_module_names(e.recompute_modules)},
             {"recompute_fraction", e.recompute_fraction},
             {"overlap_grad_reduce", e.overlap_grad_reduce}, {"overlap_param_gather", e.overlap_param_gather},
             {"overlap_p2p", e.overlap_p2p}, {"tp_comm_overlap", e.tp_comm_overlap},
@@ -314,6 +331,24 @@ std::optional<AttentionKernel> parse_kernel(const std::string& s) { return parse
 std::optional<KernelFusion> parse_fusion(const std::string& s) { return parse_enum(s, kFusions); }
 std::optional<SelectiveRecompute> parse_selective(const std::string& s) { return parse_enum(s, kSelectives); }
 
+// "recompute_modules": a non-empty list of Megatron's module names, under the attention-core policy.
+unsigned read_recompute_modules(JsonFields& f, const Execution& e) {
+  const nlohmann::json& list = f.object().at("recompute_modules");
+  unsigned modules = 0;
+  if (!list.is_array() || list.empty()) f.fail("recompute_modules", "must be a non-empty list (core_attn, layernorm, moe_act, mla_up_proj)");
+  for (const auto& x : f.ok() ? list : nlohmann::json::array()) {
+    const std::optional<unsigned> bit = x.is_string() ? parse_recompute_module(x.get<std::string>()) : std::nullopt;
+    if (!bit) {
+      f.fail("recompute_modules", "unknown module " + x.dump() + " (expected core_attn|layernorm|moe_act|mla_up_proj)");
+      break;
+    }
+    modules |= *bit;
+  }
+  if (f.ok() && e.selective == SelectiveRecompute::kOps && modules != kCoreAttn)
+    f.fail("recompute_modules", "are Megatron's; selective 'ops' is torchtitan's op-level policy");
+  return f.ok() ? modules : e.recompute_modules;
+}
+
 // Returns the first problem as one line, or "".
 std::string read_execution(const nlohmann::json& j, const std::string& where, Execution& e) {
   JsonFields f(j, where + ": execution");
@@ -332,6 +367,7 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   if (f.has("kernels")) e.kernels = read_enum(f, "kernels", parse_fusion, "fused|eager", e.kernels);
   if (f.has("selective"))
     e.selective = read_enum(f, "selective", parse_selective, "attention-core|ops", e.selective);
+  if (f.ok() && f.has("recompute_modules")) e.recompute_modules = read_recompute_modules(f, e);
   e.overlap_grad_reduce = f.optional_bool("overlap_grad_reduce", e.overlap_grad_reduce);
   e.overlap_p2p = f.optional_bool("overlap_p2p", e.overlap_p2p);
   e.tp_comm_overlap = f.optional_bool("tp_comm_overlap", e.tp_comm_overlap);

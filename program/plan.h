@@ -54,6 +54,8 @@ struct Execution {
   std::string attention_impl;
   KernelFusion kernels = KernelFusion::kFused;
   SelectiveRecompute selective = SelectiveRecompute::kAttentionCore;
+  // Megatron's --recompute-modules under that policy (RecomputeModule bits; models/layer_cost.h).
+  unsigned recompute_modules = kCoreAttn;
   // Full recompute on this share of the layers only, the others keeping their activations:
   // Megatron's --recompute-method block --recompute-num-layers n (n of a chunk's layers),
   // torchtitan's selective_ac_option n (every n-th block: 1/n), fms-fsdp's selective_checkpointing.
@@ -170,6 +172,10 @@ const char* precision_name(Precision p);
 const char* attention_name(AttentionKernel k);
 const char* kernels_name(KernelFusion k);
 const char* selective_name(SelectiveRecompute s);
+// Megatron's names of the modules set in `modules` (core_attn, layernorm, moe_act, mla_up_proj),
+// and the bit of one name.
+std::vector<std::string> recompute_module_names(unsigned modules);
+std::optional<unsigned> parse_recompute_module(const std::string& name);
 const char* cp_comm_name(CpComm c);
 const char* fp8_recipe_name(Fp8Recipe r);
 std::optional<Schedule> parse_schedule(const std::string& s);

@@ -25,6 +25,16 @@ std::string model_gap(const ModelSpec& m) {
     return of("the " + m.hidden_act + " activation (it runs GELU's tanh form)");
   return "";
 }
+
+// The runtimes' selective recompute re-runs the attention core and nothing else.
+std::string selective_gap(const Plan& p) {
+  if (p.recompute != Recompute::kSelective) return "";
+  if (p.execution.selective != SelectiveRecompute::kAttentionCore)
+    return std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)";
+  if (p.execution.recompute_modules != kCoreAttn) return "recompute_modules other than core_attn (it re-runs the attention core)";
+  return "";
+}
+
 }  // namespace
 
 Status check_runtime_support(const ModelSpec& m, const Plan& p) {
@@ -52,8 +62,7 @@ Status check_runtime_support(const ModelSpec& m, const Plan& p) {
   if (p.pp > 1 && 2 * p.micro_batches() * p.pp * p.virtual_stages > 32767)
     return Error{"too many micro-batches x stages for MPI tags (at most 32767 transfers per step)"};
   if (p.offload) return no("offload");
-  if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
-    return no(std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)");
+  if (std::string gap = selective_gap(p); !gap.empty()) return no(gap);
   if (p.hybrid_sharding()) return no("hybrid sharding (dp_shard " + std::to_string(p.dp_shard) + " < dp)");
   if (p.execution.overlap_param_gather) return no("execution.overlap_param_gather (it gathers weights after the optimizer)");
   if (p.execution.tp_comm_overlap && p.tp > 1) return no("execution.tp_comm_overlap (its TP collectives run after their GEMMs)");
@@ -73,8 +82,7 @@ Status check_gpu_support(const ModelSpec& m, const Plan& p, bool emulated) {
   if (p.cp > 1) return no("context parallelism (cp " + std::to_string(p.cp) + "; the CPU runtime executes it)");
   if (p.precision == Precision::kFp8) return no("precision fp8 (no FP8 GEMMs are built)");
   if (std::string gap = model_gap(m); !gap.empty()) return no(gap);
-  if (p.recompute == Recompute::kSelective && p.execution.selective != SelectiveRecompute::kAttentionCore)
-    return no(std::string("selective recompute '") + selective_name(p.execution.selective) + "' (it re-runs the attention core)");
+  if (std::string gap = selective_gap(p); !gap.empty()) return no(gap);
   if (p.hybrid_sharding()) return no("hybrid sharding (dp_shard " + std::to_string(p.dp_shard) + " < dp)");
   if (p.execution.overlap_param_gather) return no("execution.overlap_param_gather (it gathers weights after the optimizer)");
   if (p.execution.tp_comm_overlap && p.tp > 1) return no("execution.tp_comm_overlap (its TP collectives run after their GEMMs)");

@@ -20,6 +20,7 @@ struct GemmTimes {
   double fwd_s = 0, dgrad_s = 0, wgrad_s = 0;  // the weight GEMMs
   double core_s = 0, core_bwd_s = 0;            // the attention core
   double ops_recompute_s = 0;  // the forward GEMMs the op-level selective policy re-runs
+  double up_proj_s = 0;        // MLA's up-projections (q from its latent, kv_up): mla_up_proj's
   double fp8_forward_bytes = 0, fp8_backward_bytes = 0;  // FP8's casts of GEMM operands
 };
 
@@ -90,6 +91,7 @@ GemmTimes gemm_times(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
         t.fp8_backward_bytes += cast * d(g.m) * d(g.n) * d(g.batch);
       }
       t.ops_recompute_s += ops_recomputed_share(m, g.name) * fwd;
+      if (name == "kv_up" || (name == "q" && m.q_lora_rank > 0)) t.up_proj_s += fwd;
       t.fwd_s += fwd;
       t.dgrad_s += dx;
       t.wgrad_s += dw;
@@ -189,6 +191,9 @@ struct ForwardParts {
   double core_s;           // the attention core with its softmax and dropout (Megatron's selective)
   double tp_s;             // the forward's TP collectives
   double tp_gathers_s;     // those the op-level policy re-runs: with SP the all-gathers, else all
+  double norm_s;           // the norms (Megatron's layernorm module)
+  double moe_act_s;        // the routed experts' activation function (moe_act)
+  double up_proj_s;        // MLA's up-projections (mla_up_proj)
 };
 
 void add_recompute(LayerTiming& t, const Plan& plan, const ForwardParts& f) {
@@ -211,7 +216,9 @@ void add_recompute(LayerTiming& t, const Plan& plan, const ForwardParts& f) {
     t.tp_comm_s += f.tp_gathers_s;
     t.tp_backward_input_s += f.tp_gathers_s;
   } else if (plan.recompute == Recompute::kSelective) {
-    t.backward_input_s += f.core_s;
+    const unsigned modules = plan.execution.recompute_modules;
+    t.backward_input_s += ((modules & kCoreAttn) ? f.core_s : 0.0) + ((modules & kLayernorm) ? f.norm_s : 0.0) +
+                          ((modules & kMoeAct) ? f.moe_act_s : 0.0) + ((modules & kMlaUpProj) ? f.up_proj_s : 0.0);
   }
 }
 
@@ -340,8 +347,15 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   t.ep_backward_s = x.ep_backward_s;
   t.cp_bytes = x.cp_bytes;
   t.ep_bytes = x.ep_bytes;
+  // Megatron's modules: the fused norms (read 2h, write 2h each, over the tokens SP leaves a rank)
+  // and the routed experts' activation (SwiGLU: read 4f, write 2f; else 2f, 2f per routed copy).
+  const double rep = plan.sequence_parallel ? d(plan.tp) : 1.0, ab = activation_element_bytes(base);
+  const double norm_s = memory_time_s(gpu, d(m.norms_per_layer) * 2 * d(m.hidden) * ab * tokens / rep);
+  const double moe_act_s = m.is_moe() ? memory_time_s(gpu, d(m.experts_per_token) * d(m.ffn_hidden) * (m.gated_mlp() ? 3 : 2) * ab *
+                                                               tokens / d(plan.tp))
+                                      : 0.0;
   add_recompute(t, plan, {elementwise_s + fp8_fwd_s, gt.ops_recompute_s, core_s + scores_s, ar_pair_s,
-                          plan.sequence_parallel ? ag_pair_s : ar_pair_s});
+                          plan.sequence_parallel ? ag_pair_s : ar_pair_s, norm_s, moe_act_s, gt.up_proj_s});
   if (plan.sequence_parallel && plan.tp > 1) {
     // SP stores only the sharded inputs of the two column-parallel GEMMs (QKV, FC1), so their
     // weight gradients need the inputs all-gathered again. Megatron issues these asynchronously

@@ -75,7 +75,7 @@ def plan(r):
     # gradients held whole. That is ZeRO-1's traffic and memory, not ZeRO-2's reduction per pass.
     if r['source_set'].startswith('torchtitan') and r['pp'] > 1 and zero == 2: zero = 1
     shard = 8 if z.startswith('hybrid') else 0  # HSDP: "ZeRO-3 within a node (8 GPUs), replicated across nodes"
-    rc = str(r['recompute']).split()[0]
+    rc = str(r['recompute']).split()[0].rstrip(';:,')
     if rc not in ('none', 'selective', 'full'): rc = 'none'
     # fms-fsdp's selective_checkpointing p: full recompute on a share p of the blocks, evenly
     # spaced. The IBM blog does not state p; assumed 1/2, the first example of fms-fsdp's
@@ -86,6 +86,14 @@ def plan(r):
     name, compiled = framework(r)
     execution = {'framework': name}
     if every_nth: execution['recompute_fraction'] = 0.5
+    # Megatron-Core's --recompute-modules as the sources name them: the model zoo's "selective: norm,
+    # act" (layernorm, moe_act), DeepSeek-V3's launch.sh "--recompute_modules mla_up_proj"; without
+    # a list, its default core_attn.
+    text = str(r['recompute'])
+    named = {'norm': 'layernorm', 'act': 'moe_act'}
+    modules = [named[x.strip()] for x in text.split(':', 1)[1].split(',')] if text.startswith('selective: ') else []
+    if '--recompute_modules mla_up_proj' in text: modules.append('mla_up_proj')
+    if modules: execution['recompute_modules'] = modules
     if compiled: execution['kernels'] = 'fused'
     model, source = r['model_name'], r['source_set']
     if source == 'dgxc':  # dgxc v24.11.1 recipe yamls: optim.bucket_cap_mb (the others leave the default)

@@ -151,11 +151,17 @@ TEST(LayerCost, ExpertGemmsFollowEpAndTheBusiestExpert) {
   // Ragged rows: a count of 4096 random choices spreads by √4096 = 64; with the routing's spread
   // of half the mean, √(4096 + 2048²) = 2048.9998.
   GemmShape ragged{4096, 1, 1, 1, 4, 1.0, 0, true, 0.0};
-  for (const Gemm& g : layer_gemms(m, ragged))
-    if (std::string(g.name) == "fc1") EXPECT_DOUBLE_EQ(g.m_sd, 64.0);
+  for (const Gemm& g : layer_gemms(m, ragged)) {
+    if (std::string(g.name) == "fc1") {
+      EXPECT_DOUBLE_EQ(g.m_sd, 64.0);
+    }
+  }
   ragged.expert_spread = 0.5;
-  for (const Gemm& g : layer_gemms(m, ragged))
-    if (std::string(g.name) == "fc1") EXPECT_NEAR(g.m_sd, 2048.9998, 1e-4);
+  for (const Gemm& g : layer_gemms(m, ragged)) {
+    if (std::string(g.name) == "fc1") {
+      EXPECT_NEAR(g.m_sd, 2048.9998, 1e-4);
+    }
+  }
   Plan p = plan(1, 1, 4, 4, 4096);
   p.execution.moe_imbalance = 2.0;
   EXPECT_NEAR(expert_load(m, p), 1.5112943, 1e-6);
