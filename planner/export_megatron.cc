@@ -242,11 +242,7 @@ void training_arguments(const ModelSpec& m, const Plan& p, Args& arg) {
   }
   if (p.recompute == Recompute::kSelective) {
     arg("--recompute-granularity", "selective");
-    if (p.execution.recompute_modules != kCoreAttn) {
-      std::string modules;
-      for (const std::string& name : recompute_module_names(p.execution.recompute_modules)) modules += (modules.empty() ? "" : " ") + name;
-      arg("--recompute-modules", modules);
-    }
+    if (p.execution.recompute_modules != kCoreAttn) arg("--recompute-modules", recompute_modules_text(p.execution.recompute_modules, " "));
   }
   if (p.recompute == Recompute::kFull && p.execution.recompute_fraction < 1) {
     // block: the first n layers of every chunk recompute, n the priced share of a chunk's layers.

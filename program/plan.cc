@@ -58,6 +58,12 @@ std::vector<std::string> recompute_module_names(unsigned modules) {
   return names;
 }
 
+std::string recompute_modules_text(unsigned modules, const std::string& separator) {
+  std::string text;
+  for (const std::string& name : recompute_module_names(modules)) text += (text.empty() ? "" : separator) + name;
+  return text;
+}
+
 std::optional<unsigned> parse_recompute_module(const std::string& name) {
   for (const auto& [known, bit] : kRecomputeModules)
     if (name == known) return bit;

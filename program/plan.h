@@ -173,8 +173,9 @@ const char* attention_name(AttentionKernel k);
 const char* kernels_name(KernelFusion k);
 const char* selective_name(SelectiveRecompute s);
 // Megatron's names of the modules set in `modules` (core_attn, layernorm, moe_act, mla_up_proj),
-// and the bit of one name.
+// as a list or joined by `separator`, and the bit of one name.
 std::vector<std::string> recompute_module_names(unsigned modules);
+std::string recompute_modules_text(unsigned modules, const std::string& separator);
 std::optional<unsigned> parse_recompute_module(const std::string& name);
 const char* cp_comm_name(CpComm c);
 const char* fp8_recipe_name(Fp8Recipe r);

@@ -151,18 +151,13 @@ Execution execution_or_fail(const ExecutionFlags& f) {
   return e;
 }
 
-// What selective recompute re-runs: the policy, or Megatron's modules when not its default.
-std::string selective_text(const Execution& e) {
-  if (e.selective != SelectiveRecompute::kAttentionCore || e.recompute_modules == kCoreAttn) return selective_name(e.selective);
-  std::string modules;
-  for (const std::string& name : recompute_module_names(e.recompute_modules)) modules += (modules.empty() ? "" : "+") + name;
-  return modules;
-}
-
 std::string describe_execution(const Execution& e) {
   return "framework " + (e.framework.empty() ? std::string("parallax defaults") : e.framework) + ": attention " +
          attention_name(e.attention) + ", kernels " + kernels_name(e.kernels) + ", selective " +
-         selective_text(e) + (e.fp32_gradients ? ", fp32 gradients" : "") +
+         (e.selective != SelectiveRecompute::kAttentionCore || e.recompute_modules == kCoreAttn
+              ? std::string(selective_name(e.selective))
+              : recompute_modules_text(e.recompute_modules, "+")) +
+         (e.fp32_gradients ? ", fp32 gradients" : "") +
          (e.overlap_grad_reduce ? ", DP reduction overlapped" : "") +
          (e.recompute_fraction < 1 ? ", full recompute on " + std::to_string(std::lround(100 * e.recompute_fraction)) + "% of layers" : "") +
          (e.moe_dispatcher == MoeDispatcher::kDeepEp ? ", DeepEP dispatch" : "") +
