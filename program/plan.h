@@ -93,6 +93,11 @@ struct Execution {
   // compute, and the backward likewise behind the forward's.
   bool moe_a2a_overlap = false;
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
+  // ZeRO-3: each gathered unit is copied out of the all-gather's flat buffer into its parameters on
+  // the compute stream, before the forward and again before the backward (FSDP2's
+  // foreach_all_gather_copy_out); where false, the parameters are views of the buffer (FSDP1's
+  // flat parameter, Megatron-FSDP, DeepSpeed).
+  bool gather_copy_out = false;
   // FP8 weights gathered in FP8 (Megatron --fp8-param-gather, torchtitan's float8 all-gather for
   // FSDP): ZeRO's weight all-gathers move 1 byte per matmul weight, and no 16-bit copy is kept.
   bool fp8_param_gather = false;

@@ -356,6 +356,15 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
                                       : 0.0;
   add_recompute(t, plan, {elementwise_s + fp8_fwd_s, gt.ops_recompute_s, core_s + scores_s, ar_pair_s,
                           plan.sequence_parallel ? ag_pair_s : ar_pair_s, norm_s, moe_act_s, gt.up_proj_s});
+  if (plan.zero == 3 && plan.execution.gather_copy_out) {
+    // FSDP2 copies the gathered unit into its parameters before the forward and again before the
+    // backward: each of this rank's layer parameters read and written at the gathered width.
+    const LayerParams lp = layer_params(m);
+    const double local = d(lp.tp_sharded) / d(plan.tp) + d(lp.replicated) + d(lp.expert) / d(plan.expert_tp() * plan.ep);
+    const double copy_s = memory_time_s(gpu, 2 * bytes_per_param(plan).gathered * local);
+    t.forward_s += copy_s;
+    t.backward_input_s += copy_s;
+  }
   if (plan.sequence_parallel && plan.tp > 1) {
     // SP stores only the sharded inputs of the two column-parallel GEMMs (QKV, FC1), so their
     // weight gradients need the inputs all-gathered again. Megatron issues these asynchronously
