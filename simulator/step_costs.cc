@@ -349,11 +349,13 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   t.ep_bytes = x.ep_bytes;
   // Megatron's modules: the fused norms (read 2h, write 2h each, over the tokens SP leaves a rank)
   // and the routed experts' activation (SwiGLU: read 4f, write 2f; else 2f, 2f per routed copy).
+  // Priced only for plans that re-run them: the search prices every plan's layer.
+  const unsigned modules = plan.recompute == Recompute::kSelective ? plan.execution.recompute_modules : 0u;
   const double rep = plan.sequence_parallel ? d(plan.tp) : 1.0, ab = activation_element_bytes(base);
-  const double norm_s = memory_time_s(gpu, d(m.norms_per_layer) * 2 * d(m.hidden) * ab * tokens / rep);
-  const double moe_act_s = m.is_moe() ? memory_time_s(gpu, d(m.experts_per_token) * d(m.ffn_hidden) * (m.gated_mlp() ? 3 : 2) * ab *
-                                                               tokens / d(plan.tp))
-                                      : 0.0;
+  const double norm_s = (modules & kLayernorm) ? memory_time_s(gpu, d(m.norms_per_layer) * 2 * d(m.hidden) * ab * tokens / rep) : 0.0;
+  const double moe_act_s = (modules & kMoeAct) && m.is_moe()
+                               ? memory_time_s(gpu, d(m.experts_per_token) * d(m.ffn_hidden) * (m.gated_mlp() ? 3 : 2) * ab * tokens / d(plan.tp))
+                               : 0.0;
   add_recompute(t, plan, {elementwise_s + fp8_fwd_s, gt.ops_recompute_s, core_s + scores_s, ar_pair_s,
                           plan.sequence_parallel ? ag_pair_s : ar_pair_s, norm_s, moe_act_s, gt.up_proj_s});
   if (plan.zero == 3 && plan.execution.gather_copy_out) {

@@ -133,17 +133,24 @@ TEST(Simulation, UnevenStagesIdleBeyondTheClosedForm) {
   EXPECT_LT(sim->stages[3].bubble_s, sim->stages[1].bubble_s);
 }
 
+// GPT-2 (N = 124,439,808 parameters) at 1,024 tokens over `dp` ranks, two sequences each.
+constexpr double kGpt2Params = 124439808;
+Plan gpt2_data_parallel(int64_t dp) {
+  Plan p;
+  p.dp = dp;
+  p.global_batch = 2 * dp;
+  p.seq_len = 1024;
+  return p;
+}
+
 // The lowered step moves what the estimate prices. GPT-2 (N = 124,439,808 parameters, one stage)
 // at DP 4: ZeRO 0's bucketed all-reduce sends 1.5 x 4N with fp32 gradients, twice 1.5 x 2N; ZeRO 1
 // adds only the reduce-scatter's 0.75 x 2N, since the all-gather still carries 2-byte weights.
 TEST(Simulation, Fp32GradientsDoubleTheReduction) {
   const ModelSpec m = load("gpt2");
   const ClusterSpec c = load_cluster("dgx-h100").value();
-  const double n = 124439808;
-  Plan p;
-  p.dp = 4;
-  p.global_batch = 8;
-  p.seq_len = 1024;
+  const double n = kGpt2Params;
+  const Plan p = gpt2_data_parallel(4);
   auto dp_bytes = [&](int zero, bool fp32_gradients) {
     Plan q = p;
     q.zero = zero;
@@ -162,13 +169,10 @@ TEST(Simulation, Fp32GradientsDoubleTheReduction) {
 TEST(Simulation, HybridShardingSendsOnlyTheReplicaReduceOverTheNetwork) {
   const ModelSpec m = load("gpt2");
   const ClusterSpec c = load_cluster("dgx-h100").value();
-  const double n = 124439808;
-  Plan p;
-  p.dp = 16;
+  const double n = kGpt2Params;
+  Plan p = gpt2_data_parallel(16);
   p.dp_shard = 8;
   p.zero = 3;
-  p.global_batch = 32;
-  p.seq_len = 1024;
   ASSERT_EQ(p.micro_batches(), 2);
   const StepReport simulated = simulate_step(m, c, p).value().report;
   for (const StepReport& e : {estimate_step(m, c, p), simulated}) {
