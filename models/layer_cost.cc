@@ -248,7 +248,8 @@ LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOpti
     kept.recompute = Recompute::kNone;
     const LayerActivations a = layer_activation_bytes(m, full), b = layer_activation_bytes(m, kept);
     const double f = o.recompute_fraction;
-    return {f * a.attention + (1 - f) * b.attention, f * a.mlp + (1 - f) * b.mlp, f * a.norms + (1 - f) * b.norms};
+    return {f * a.attention + (1 - f) * b.attention, f * a.mlp + (1 - f) * b.mlp, f * a.norms + (1 - f) * b.norms,
+            f * a.routed + (1 - f) * b.routed};
   }
   const double tokens = d(o.seq_len) / d(o.cp) * d(o.micro_batch);  // CP: s / cp per rank
   const double h = d(m.hidden), t = d(o.tp), rep = o.sequence_parallel ? t : 1.0;
@@ -265,6 +266,7 @@ LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOpti
     a.norms = 2 * h / rep * tokens;
     a.attention = (2 * d(m.q_dim()) + 2 * d(m.v_dim()) + 2 * d(m.o_dim()) + 4 * d(m.heads)) / t * tokens;
     a.mlp = (2 * f / t + 2 * h) * tokens;
+    a.routed = 2 * d(m.ffn_hidden) * d(m.experts_per_token) / t * tokens * (m.is_moe() ? 1.0 : 0.0);
     return a;
   }
   const double mask = m.dropout ? 1.0 : 0.0;
@@ -305,6 +307,12 @@ LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOpti
   if (modules && (o.modules & kMoeAct) && m.is_moe()) mlp_par -= d(m.ffn_hidden) * routed * (o.fp8 ? 1 : 2);
   a.attention = (att_rep / rep + att_par / t) * tokens;
   a.mlp = (mlp_rep / rep + mlp_par / t) * tokens;
+  if (m.is_moe()) {
+    // Of mlp_par, all but the shared experts' (per token, as the dense MLP's); and the permuted
+    // copies of the tokens.
+    const double shared_par = d(m.shared_ffn_hidden) * ((m.mlp == Mlp::kSwiGlu ? 6 : 4) - (o.fp8 ? 1 : 0));
+    a.routed = ((mlp_par - shared_par) / t + routed * 2 * h / rep) * tokens;
+  }
   a.norms = d(m.norms_per_layer) * 2 * h / rep * tokens;  // the inputs of the norms
   return a;
 }

@@ -175,6 +175,9 @@ struct LayerActivations {
   double attention = 0;  // incl. the input of the QKV projection and the post-attention dropout
   double mlp = 0;
   double norms = 0;      // inputs of the two norms
+  // Of mlp, MoE: what the routed experts keep (their tokens' copies and activations), which on an
+  // EP rank grows with the tokens routed to its experts.
+  double routed = 0;
   double total() const { return attention + mlp + norms; }
 };
 // With full recompute on a share f of the layers: the mean over layers, f x full + (1 - f) x none.

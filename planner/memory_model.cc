@@ -1,6 +1,9 @@
 #include "planner/memory_model.h"
 
 #include <algorithm>
+#include <cmath>
+
+#include "simulator/step_costs.h"
 
 namespace parallax {
 
@@ -57,8 +60,15 @@ MemoryBreakdown stage_memory(const ModelSpec& m, const Plan& plan, int64_t stage
   // mean, the leading dense layers holding their own.
   const double chunks = d(plan.virtual_stages);
   const double dense = d(stage_dense_layers(m, plan, stage)) / chunks;
-  const double per_pass = (d(plan.stage_layers(m.layers, stage)) / chunks - dense) * layer_activation_bytes(m, ao).total() +
-                          dense * layer_activation_bytes(dense_layer_model(m), ao).total();
+  const double moe = d(plan.stage_layers(m.layers, stage)) / chunks - dense;
+  const LayerActivations layer = layer_activation_bytes(m, ao);
+  double per_pass = moe * layer.total() + dense * layer_activation_bytes(dense_layer_model(m), ao).total();
+  // The busiest EP rank keeps more routed tokens than the mean. expert_load is one layer's busiest
+  // rank, 1 + z_ep σ; each layer's hot experts are its own, so which rank is busiest is drawn anew
+  // per layer, and over the stage's n MoE layers the busiest sum is n + z_ep σ √n: the routed
+  // bytes grow by (expert_load - 1) / √n.
+  if (m.is_moe() && plan.ep > 1 && moe > 0)
+    per_pass += moe * layer.routed * (expert_load(m, plan) - 1) / std::sqrt(moe * chunks);
   const int64_t passes =
       in_flight >= 0 ? in_flight : in_flight_chunk_passes(plan.schedule, plan.pp, mbs, plan.virtual_stages, stage);
   double acts = d(passes) * per_pass;

@@ -169,5 +169,26 @@ TEST(StageMemory, PeakIsTheLargerOfFirstAndLastStage) {
   for (int64_t i = 0; i < 4; ++i) EXPECT_LE(stage_memory(m, p, i, 0).total(), peak.total());
 }
 
+// The busiest EP rank keeps more routed activations. Mixtral-8x7B (32 layers, h 4096, f 14336,
+// top-2, SwiGLU), s 4096, DP 8 = EP 8 (an expert per rank), no recompute, bf16: a layer's routed
+// bytes are the experts' SwiGLU activations 6 f k and the permuted tokens 2 k h per token,
+// (172,032 + 16,384) x 4,096 = 771,751,936. At a busiest expert of 2x the mean (expert_load 2), each
+// layer's busiest rank drawn anew, the busiest of the 32-layer sums holds 32 x 771,751,936 x
+// (2 - 1) / sqrt(32) = 4,365,688,218.7 bytes more per pass. A balanced router, or no EP (every rank
+// sums all experts), adds nothing.
+TEST(StageMemory, BusiestExpertRankKeepsMoreRoutedActivations) {
+  const ModelSpec m = load("mixtral-8x7b");
+  Plan p;
+  p.dp = p.ep = 8;
+  p.global_batch = 8;
+  p.seq_len = 4096;
+  p.execution.moe_imbalance = 1;
+  const double balanced = stage_memory(m, p, 0, 0, 1).activations;
+  p.execution.moe_imbalance = 2;
+  EXPECT_NEAR(stage_memory(m, p, 0, 0, 1).activations - balanced, 4365688218.7156, 1e-3);
+  p.ep = 1;
+  EXPECT_DOUBLE_EQ(stage_memory(m, p, 0, 0, 1).activations, balanced);
+}
+
 }  // namespace
 }  // namespace parallax
