@@ -266,7 +266,7 @@ LayerActivations layer_activation_bytes(const ModelSpec& m, const ActivationOpti
     a.norms = 2 * h / rep * tokens;
     a.attention = (2 * d(m.q_dim()) + 2 * d(m.v_dim()) + 2 * d(m.o_dim()) + 4 * d(m.heads)) / t * tokens;
     a.mlp = (2 * f / t + 2 * h) * tokens;
-    a.routed = 2 * d(m.ffn_hidden) * d(m.experts_per_token) / t * tokens * (m.is_moe() ? 1.0 : 0.0);
+    if (m.is_moe()) a.routed = 2 * d(m.ffn_hidden) * d(m.experts_per_token) / t * tokens;  // the saved FC1s
     return a;
   }
   const double mask = m.dropout ? 1.0 : 0.0;
