@@ -98,6 +98,7 @@ FrameworkProfile torchtitan() {
   e.fp32_gradients = true;
   e.attention_impl = "fa2";
   e.gather_copy_out = true;
+  e.reduce_copy_in = true;
   p.settings = {
       {"attention", "flash", std::string(kTitan) + " torchtitan/models/llama/model.py: F.scaled_dot_product_attention(is_causal=True)"},
       {"attention_impl", "fa2", "PyTorch's SDPA flash backend is FlashAttention-2 (PyTorch 2.2 release notes)"},
@@ -106,7 +107,8 @@ FrameworkProfile torchtitan() {
       {"fp32_gradients", "true", std::string(kTitan) + " config_manager.py: mixed_precision_reduce float32 (reduce-scatter in fp32)"},
       {"overlap_grad_reduce", "false", "FSDP2 reduce-scatters each block's gradients as its backward ends (priced by the ZeRO-3 program)"},
       {"tp_comm_overlap", "false", "torchtitan experimental.enable_async_tensor_parallel is off by default (on: tp_comm_overlap true)"},
-      {"gather_copy_out", "true", "PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: foreach_all_gather_copy_out copies the gathered buffer into each parameter (torch.ops.fsdp.split_with_sizes_copy) in wait_for_unshard, on the compute stream"}};
+      {"gather_copy_out", "true", "PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: foreach_all_gather_copy_out copies the gathered buffer into each parameter (torch.ops.fsdp.split_with_sizes_copy) in wait_for_unshard, on the compute stream"},
+      {"reduce_copy_in", "true", "PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: foreach_reduce copies the block's gradients into the reduce-scatter input at the reduce dtype (torch.ops.fsdp.chunk_cat) on the current stream, before the reduce-scatter stream waits for it"}};
   return p;
 }
 

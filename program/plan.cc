@@ -320,7 +320,7 @@ nlohmann::json plan_to_json(const Plan& p) {
             {"moe_imbalance", e.moe_imbalance}, {"moe_capacity_factor", e.moe_capacity_factor},
             {"moe_dispatcher", moe_dispatcher_name(e.moe_dispatcher)}, {"moe_a2a_overlap", e.moe_a2a_overlap},
             {"fp8_recipe", fp8_recipe_name(e.fp8_recipe)}, {"fp8_param_gather", e.fp8_param_gather},
-            {"gather_copy_out", e.gather_copy_out}}}};
+            {"gather_copy_out", e.gather_copy_out}, {"reduce_copy_in", e.reduce_copy_in}}}};
 }
 
 namespace {
@@ -396,6 +396,7 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   if (f.has("fp8_recipe")) e.fp8_recipe = read_enum(f, "fp8_recipe", parse_fp8_recipe, "delayed|current|rowwise|blockwise|mxfp8", e.fp8_recipe);
   e.fp8_param_gather = f.optional_bool("fp8_param_gather", e.fp8_param_gather);
   e.gather_copy_out = f.optional_bool("gather_copy_out", e.gather_copy_out);
+  e.reduce_copy_in = f.optional_bool("reduce_copy_in", e.reduce_copy_in);
   if (f.ok() && e.moe_imbalance != 0 && (e.moe_imbalance < 1 || e.moe_imbalance > 1e3))
     f.fail("moe_imbalance", "must be between 1 (balanced) and 1000, or 0 (a trained router's default)");
   if (f.ok() && e.moe_capacity_factor > 1e3) f.fail("moe_capacity_factor", "must be <= 1000 (0: dropless)");

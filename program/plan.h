@@ -98,6 +98,11 @@ struct Execution {
   // foreach_all_gather_copy_out); where false, the parameters are views of the buffer (FSDP1's
   // flat parameter, Megatron-FSDP, DeepSpeed).
   bool gather_copy_out = false;
+  // ZeRO-2/3: each unit's gradients are copied into the reduce-scatter's flat input, cast to the
+  // reduction's width, on the compute stream once its backward ends (FSDP2's foreach_reduce,
+  // torch.ops.fsdp.chunk_cat); where false, the gradients already lie in the flat buffer (FSDP1's
+  // flat parameter, Megatron's grad buffer).
+  bool reduce_copy_in = false;
   // FP8 weights gathered in FP8 (Megatron --fp8-param-gather, torchtitan's float8 all-gather for
   // FSDP): ZeRO's weight all-gathers move 1 byte per matmul weight, and no 16-bit copy is kept.
   bool fp8_param_gather = false;

@@ -176,10 +176,15 @@ TEST(StepReport, ZeroThreeGathersUnitByUnit) {
 // FSDP2 copies each gathered layer into its parameters before the forward and the backward. GPT-2's
 // layer holds 12 x 768^2 + 13 x 768 = 7,087,872 parameters; read and written in bf16 at 1,000 GB/s
 // that is 4 x 7,087,872 / 1e12 = 28.351488 us in each pass. ZeRO below 3 gathers nothing per unit.
-TEST(StepReport, Fsdp2CopiesTheGatheredLayerOut) {
-  const ModelSpec m = load("gpt2");
+Plan gpt2_zero3_plan() {
   Plan p = gpt2_plan(1);
   p.dp = 2, p.zero = 3, p.global_batch = 16;
+  return p;
+}
+
+TEST(StepReport, Fsdp2CopiesTheGatheredLayerOut) {
+  const ModelSpec m = load("gpt2");
+  Plan p = gpt2_zero3_plan();
   const LayerTiming views = layer_timing(m, round(), p);
   p.execution.gather_copy_out = true;
   const LayerTiming copies = layer_timing(m, round(), p);
@@ -187,6 +192,25 @@ TEST(StepReport, Fsdp2CopiesTheGatheredLayerOut) {
   EXPECT_NEAR(copies.backward_input_s - views.backward_input_s, 28.351488e-6, 1e-12);
   p.zero = 2;
   EXPECT_DOUBLE_EQ(layer_timing(m, round(), p).forward_s, views.forward_s);
+}
+
+// FSDP2 copies each layer's bf16 gradients into the reduce-scatter's input once its backward is
+// done: GPT-2's 7,087,872 layer parameters read at 2 bytes and written at 4 (fp32 reduction), at
+// 1,000 GB/s 6 x 7,087,872 / 1e12 = 42.527232 us; written at 2 (bf16 reduction), 28.351488 us.
+// Without sharded gradients (ZeRO 1) nothing is reduce-scattered per unit.
+TEST(StepReport, Fsdp2CopiesTheGradientsIntoTheReduceScatter) {
+  const ModelSpec m = load("gpt2");
+  Plan p = gpt2_zero3_plan();
+  const LayerTiming in_place = layer_timing(m, round(), p);
+  p.execution.reduce_copy_in = true;
+  EXPECT_NEAR(layer_timing(m, round(), p).backward_weight_s - in_place.backward_weight_s, 28.351488e-6, 1e-12);
+  p.execution.fp32_gradients = true;
+  const LayerTiming fp32 = layer_timing(m, round(), p);
+  p.execution.reduce_copy_in = false;
+  EXPECT_NEAR(fp32.backward_weight_s - layer_timing(m, round(), p).backward_weight_s, 42.527232e-6, 1e-12);
+  EXPECT_DOUBLE_EQ(fp32.forward_s, in_place.forward_s);
+  p.execution.reduce_copy_in = true, p.zero = 1;
+  EXPECT_DOUBLE_EQ(layer_timing(m, round(), p).backward_weight_s, in_place.backward_weight_s);
 }
 
 // DP 4 (one node), ZeRO 0: an all-reduce of 2 bytes per parameter, exposed without overlap.
