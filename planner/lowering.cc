@@ -55,9 +55,32 @@ class Lowerer {
     return at;
   }
 
+  // With overlap_param_gather the previous step's ZeRO-1/2 weight gathers run under the first
+  // forward of each chunk, one bucket ahead of its layers (Megatron's forward pre-hooks wait for
+  // their bucket): the forward's last bucket of layers cannot start before the chunk's last
+  // bucket has arrived. Per op: (the fraction of it where that tail starts, the gather), or none.
+  std::vector<std::pair<double, int32_t>> gated(const StageProgram& sp) const {
+    std::vector<std::pair<double, int32_t>> gate(sp.ops.size(), {1.0, -1});
+    if (!p_.execution.overlap_param_gather) return gate;
+    std::vector<int32_t> buckets;  // the stage's weight buckets, in bucket order
+    for (size_t i = 0; i < sp.ops.size(); ++i)
+      if (sp.ops[i].role == CollectiveRole::kWeightBucket) buckets.push_back(static_cast<int32_t>(i));
+    const size_t per_chunk = buckets.size() / static_cast<size_t>(p_.virtual_stages);
+    if (per_chunk == 0) return gate;
+    std::vector<bool> seen(static_cast<size_t>(p_.virtual_stages), false);
+    for (size_t i = 0; i < sp.ops.size(); ++i) {
+      const ProgramOp& op = sp.ops[i];
+      if (op.type != ProgramOpType::kCompute || op.pass != OpKind::kForward || seen[static_cast<size_t>(op.chunk)]) continue;
+      seen[static_cast<size_t>(op.chunk)] = true;
+      gate[i] = {1.0 - 1.0 / static_cast<double>(per_chunk), buckets[(static_cast<size_t>(op.chunk) + 1) * per_chunk - 1]};
+    }
+    return gate;
+  }
+
   void add_tasks(int64_t s) {
     const StageProgram& sp = out_.program.stages[s];
     const std::vector<std::pair<int32_t, double>> at = cuts(sp);
+    const std::vector<std::pair<double, int32_t>> gate = gated(sp);
     auto cut = at.begin();
     std::vector<TaskId>& first = out_.first_task.emplace_back(sp.ops.size(), -1);
     std::vector<TaskId>& last = out_.last_task.emplace_back(sp.ops.size(), -1);
@@ -74,18 +97,27 @@ class Lowerer {
       const float share = op.type == ProgramOpType::kCollective ? static_cast<float>(costs_.sm_share(op)) : 0.0f;
       const StreamId stream = streams_[s][static_cast<int>(op.stream)];
       double done = 0;
+      const auto& [gate_at, gate_op] = gate[i];
+      bool gate_pending = gate_op >= 0;
+      auto piece = [&](double f) {  // the piece [done, f), which a gated tail starting there waits for
+        const TaskId t = out_.graph.add_task(stream, dur * (f - done), static_cast<int32_t>(i), share);
+        if (first[i] < 0) first[i] = t;
+        if (gate_pending && done >= gate_at) out_.graph.add_dependency(last[gate_op], t), gate_pending = false;
+        done = f;
+        return t;
+      };
       for (; cut != at.end() && cut->first == static_cast<int32_t>(i); ++cut) {  // pieces up to each cut, then the rest
         const double f = cut->second;
         if (f <= done) continue;
-        const TaskId t = out_.graph.add_task(stream, dur * (f - done), static_cast<int32_t>(i), share);
-        if (first[i] < 0) first[i] = t;
-        pieces.push_back({static_cast<int32_t>(i), {f, t}});
-        done = f;
+        if (gate_pending && done < gate_at && gate_at < f) piece(gate_at);
+        pieces.push_back({static_cast<int32_t>(i), {f, piece(f)}});
       }
+      if (gate_pending && done < gate_at) piece(gate_at);
       const double tail = op.type == ProgramOpType::kCompute && i + 1 < sp.ops.size() && sp.ops[i + 1].type == ProgramOpType::kSend
                               ? out_.folded_send_s : 0.0;  // folded_tail_s, without looking the stage up again
       last[i] = out_.graph.add_task(stream, dur * (1 - done) + tail, static_cast<int32_t>(i), share);
       if (first[i] < 0) first[i] = last[i];
+      if (gate_pending) out_.graph.add_dependency(last[gate_op], last[i]);
       if (op.type == ProgramOpType::kSend) register_transfer(op, s, last[i]);
     }
   }

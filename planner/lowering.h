@@ -6,7 +6,8 @@
 // the sender's pp-send stream; with Megatron's blocking pairs (the default) the sender's next op
 // waits for it too, which is the same as lengthening the producer's last task by the transfer —
 // so it is folded in there (half the tasks of a deep pipeline). A compute op that DP buckets wait
-// on in parts is cut into one piece per bucket.
+// on in parts is cut into one piece per bucket; a first forward fed by overlap_param_gather's
+// weight gathers is cut before its last bucket of layers, which waits for the last gather.
 #pragma once
 
 #include <cstdint>

@@ -293,12 +293,13 @@ class StageBuilder {
 
   // TP with SP: the norm weights saw only this rank's tokens; their gradients are summed over TP.
   // `after_fraction`: as a shard reduction, it starts with the pass's first unit (below).
-  int32_t add_norm_gradients(int64_t chunk, int32_t micro_batch, int32_t after, float after_fraction = 1) {
+  int32_t add_norm_gradients(int64_t chunk, int32_t micro_batch, int32_t after, float after_fraction = 1,
+                             StreamKind stream = StreamKind::kDp) {
     const LayerParams lp = layer_params(m_);
     const bool last = virtual_stage(stage_, chunk, p_.pp) == p_.pp * p_.virtual_stages - 1;
     const double params = d(prog_.layers_of(stage_, chunk)) * d(lp.replicated) + (last ? d(edge_params(m_).final_norm) : 0.0);
     int32_t id;
-    ProgramOp& n = collective(CollectiveRole::kNormGradients, Collective::kAllReduce, GroupKind::kTp, StreamKind::kDp,
+    ProgramOp& n = collective(CollectiveRole::kNormGradients, Collective::kAllReduce, GroupKind::kTp, stream,
                               params * bytes_per_param(p_).gradients, &id);
     n.chunk = static_cast<int32_t>(chunk), n.micro_batch = micro_batch;
     n.waits_for.push_back(after);
@@ -365,10 +366,12 @@ class StageBuilder {
   }
 
   // A chunk's gradients are complete after op `producer`: SP norms, the tied embedding, then its
-  // DP buckets, each waiting for its share of the producer's layers.
+  // DP buckets, each waiting for its share of the producer's layers. The norms' all-reduce goes on
+  // the TP stream: waiting for the whole producer, on the DP stream it would hold every bucket
+  // behind it (Megatron all-reduces them after finish_grad_sync, the buckets long under way).
   void add_chunk_gradients(int64_t chunk, int32_t producer) {
     std::vector<int32_t> prior;
-    if (sp_norms()) prior.push_back(add_norm_gradients(chunk, -1, producer));
+    if (sp_norms()) prior.push_back(add_norm_gradients(chunk, -1, producer, 1, StreamKind::kTp));
     if (ties_embedding(chunk)) prior.push_back(add_embedding_gradients(producer, chunk));
     if (p_.data_ranks() < 2) return;
     const Collective c = p_.zero == 0 ? Collective::kAllReduce : Collective::kReduceScatter;
