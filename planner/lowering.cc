@@ -97,7 +97,8 @@ class Lowerer {
       const float share = op.type == ProgramOpType::kCollective ? static_cast<float>(costs_.sm_share(op)) : 0.0f;
       const StreamId stream = streams_[s][static_cast<int>(op.stream)];
       double done = 0;
-      const auto& [gate_at, gate_op] = gate[i];
+      const double gate_at = gate[i].first;
+      const int32_t gate_op = gate[i].second;
       bool gate_pending = gate_op >= 0;
       auto piece = [&](double f) {  // the piece [done, f), which a gated tail starting there waits for
         const TaskId t = out_.graph.add_task(stream, dur * (f - done), static_cast<int32_t>(i), share);
