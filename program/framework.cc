@@ -16,13 +16,15 @@ FrameworkProfile megatron() {
   Execution& e = p.execution;
   e.fp32_gradients = true;
   e.attention_impl = "cudnn";
+  e.megatron_buckets = true;
   p.settings = {
       {"attention", "flash", std::string(kMegatronArgs) + ": --attention-backend auto picks TE's fused/flash attention"},
       {"attention_impl", "cudnn", "Transformer Engine prefers its cuDNN FusedAttention backend on Hopper"},
       {"kernels", "fused", "Transformer Engine fused norm+linear; bias-activation and masked-softmax fusion on by default"},
       {"selective", "attention-core", "--recompute-granularity selective re-runs core_attention (Korthikanti et al. 2022)"},
       {"overlap_grad_reduce", "false", std::string(kMegatronArgs) + ": --overlap-grad-reduce is off unless given"},
-      {"fp32_gradients", "true", std::string(kMegatronArgs) + ": bf16 without --grad-reduce-in-bf16 accumulates and all-reduces in fp32"}};
+      {"fp32_gradients", "true", std::string(kMegatronArgs) + ": bf16 without --grad-reduce-in-bf16 accumulates and all-reduces in fp32"},
+      {"megatron_buckets", "true", "NVIDIA/Megatron-LM megatron/core/distributed/distributed_data_parallel.py: bucket_size defaults to max(40000000, 1000000 x DP) parameters; pipeline stages after the first take one bucket"}};
   return p;
 }
 

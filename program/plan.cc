@@ -313,7 +313,7 @@ nlohmann::json plan_to_json(const Plan& p) {
             {"recompute_fraction", e.recompute_fraction},
             {"overlap_grad_reduce", e.overlap_grad_reduce}, {"overlap_param_gather", e.overlap_param_gather},
             {"overlap_p2p", e.overlap_p2p}, {"tp_comm_overlap", e.tp_comm_overlap},
-            {"dp_bucket_mib", e.dp_bucket_mib}, {"allocator_margin", e.allocator_margin},
+            {"dp_bucket_mib", e.dp_bucket_mib}, {"megatron_buckets", e.megatron_buckets}, {"allocator_margin", e.allocator_margin},
             {"microbatch_overhead_us", e.microbatch_overhead_us},
             {"step_overhead_us", e.step_overhead_us}, {"fp32_gradients", e.fp32_gradients},
             {"bf16_optimizer_states", e.bf16_optimizer_states}, {"cp_comm", cp_comm_name(e.cp_comm)},
@@ -380,6 +380,7 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   e.tp_comm_overlap = f.optional_bool("tp_comm_overlap", e.tp_comm_overlap);
   e.overlap_param_gather = f.optional_bool("overlap_param_gather", e.overlap_param_gather);
   e.dp_bucket_mib = f.optional_number("dp_bucket_mib").value_or(e.dp_bucket_mib);
+  e.megatron_buckets = f.optional_bool("megatron_buckets", e.megatron_buckets);
   e.allocator_margin = f.optional_number("allocator_margin", true).value_or(e.allocator_margin);
   e.microbatch_overhead_us = f.optional_number("microbatch_overhead_us", true).value_or(e.microbatch_overhead_us);
   e.step_overhead_us = f.optional_number("step_overhead_us", true).value_or(e.step_overhead_us);

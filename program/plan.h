@@ -69,6 +69,9 @@ struct Execution {
   // --tp-comm-overlap; torchtitan's async TP): the calibrated share of their time stays exposed.
   bool tp_comm_overlap = false;
   double dp_bucket_mib = 40.0;        // gradient bucket for DP reduction
+  // Megatron-Core DDP's own default instead: with overlap_grad_reduce buckets of max(40M, 1M x DP)
+  // parameters on the first pipeline stage; else, and on every later stage, one bucket.
+  bool megatron_buckets = false;
   double allocator_margin = 0.05;     // caching-allocator fragmentation, fraction of activations + buffers
   double microbatch_overhead_us = 0;  // fixed cost per micro-batch per stage (launches, data)
   double step_overhead_us = 0;        // fixed cost per step

@@ -95,8 +95,12 @@ TpTraffic tp_traffic(const ModelSpec& m, const Plan& plan, OpKind pass) {
 }
 
 int64_t dp_buckets_per_chunk(const ModelSpec& m, const Plan& plan, int64_t stage) {
+  // Megatron-Core buckets only to overlap, and only on the first stage.
+  if (plan.execution.megatron_buckets && (stage > 0 || !plan.execution.overlap_grad_reduce)) return 1;
   const double grad_bytes = stage_params_per_gpu(m, plan, stage) * bytes_per_param(plan).gradients / d(plan.virtual_stages);
-  const double bucket = plan.execution.dp_bucket_mib * 1048576.0;
+  const double bucket = plan.execution.megatron_buckets
+                            ? std::max(40e6, 1e6 * d(plan.dp)) * bytes_per_param(plan).gradients
+                            : plan.execution.dp_bucket_mib * 1048576.0;
   const double n = bucket > 0 ? std::ceil(grad_bytes / bucket) : 1.0;
   return std::clamp<int64_t>(static_cast<int64_t>(std::min(n, 1e6)), 1, kMaxBucketsPerChunk);
 }

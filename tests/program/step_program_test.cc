@@ -123,6 +123,23 @@ TEST(StepProgram, ZeroOneBucketsByHand) {
 // each sending half), so 4 layers send 4 x 4 x 1024 = 16,384 bytes; the backward as much, plus W's
 // two re-gathers per layer (4 x 2 x 1024 = 8,192): 24,576. The norms' partial gradients are then
 // summed over TP once per chunk.
+// Megatron-Core's default buckets: max(40M, 1M x DP) parameters with overlap_grad_reduce, on the
+// first stage only. GPT-2's 124,439,808 bf16 gradients are 248,879,616 bytes: over DP 8 buckets of
+// 40M x 2 = 80e6 bytes, ceil(3.11) = 4; over DP 64 of 64M x 2 = 128e6 bytes, ceil(1.94) = 2. A
+// later pipeline stage, or no overlap, takes one bucket.
+TEST(StepProgram, MegatronCoreBucketsByHand) {
+  const ModelSpec m = load_model("gpt2").value();
+  Plan p;
+  p.dp = 8, p.zero = 1, p.global_batch = 64;
+  p.execution.megatron_buckets = p.execution.overlap_grad_reduce = true;
+  EXPECT_EQ(dp_buckets_per_chunk(m, p, 0), 4);
+  p.dp = 64;
+  EXPECT_EQ(dp_buckets_per_chunk(m, p, 0), 2);
+  EXPECT_EQ(dp_buckets_per_chunk(m, p, 1), 1);
+  p.execution.overlap_grad_reduce = false;
+  EXPECT_EQ(dp_buckets_per_chunk(m, p, 0), 1);
+}
+
 TEST(StepProgram, TensorAndSequenceParallelTraffic) {
   Plan p;
   p.tp = 2, p.sequence_parallel = true, p.global_batch = 1, p.seq_len = 16, p.precision = Precision::kFp32;
