@@ -143,8 +143,7 @@ TpTraffic tp_traffic(const ModelSpec& m, const Plan& plan, OpKind pass);
 
 // Gradient buckets per model chunk: the chunk's gradient bytes over execution.dp_bucket_mib (with
 // megatron_buckets, Megatron-Core's rule), rounded up, between 1 and 64 (which keeps the task count
-// bounded). Both runtimes cut a chunk's
-// flat gradient into this many equal ranges (bucket_range).
+// bounded). Both runtimes cut a chunk's flat gradient into this many equal ranges (bucket_range).
 int64_t dp_buckets_per_chunk(const ModelSpec& m, const Plan& plan, int64_t stage);
 struct ElementRange {
   int64_t begin = 0, end = 0;
