@@ -58,15 +58,17 @@ class Lowerer {
   // With overlap_param_gather the previous step's ZeRO-1/2 weight gathers run under the first
   // forward of each chunk, one bucket ahead of its layers (Megatron's forward pre-hooks wait for
   // their bucket): the forward's last bucket of layers cannot start before the chunk's last
-  // bucket has arrived. Per op: (the fraction of it where that tail starts, the gather), or none.
+  // bucket has arrived. Per op: (the fraction of it where that tail starts, the gather), or -1;
+  // empty when no forward is gated.
   std::vector<std::pair<double, int32_t>> gated(const StageProgram& sp) const {
-    std::vector<std::pair<double, int32_t>> gate(sp.ops.size(), {1.0, -1});
+    std::vector<std::pair<double, int32_t>> gate;
     if (!p_.execution.overlap_param_gather) return gate;
     std::vector<int32_t> buckets;  // the stage's weight buckets, in bucket order
     for (size_t i = 0; i < sp.ops.size(); ++i)
       if (sp.ops[i].role == CollectiveRole::kWeightBucket) buckets.push_back(static_cast<int32_t>(i));
     const size_t per_chunk = buckets.size() / static_cast<size_t>(p_.virtual_stages);
     if (per_chunk == 0) return gate;
+    gate.assign(sp.ops.size(), {1.0, -1});
     std::vector<bool> seen(static_cast<size_t>(p_.virtual_stages), false);
     for (size_t i = 0; i < sp.ops.size(); ++i) {
       const ProgramOp& op = sp.ops[i];
@@ -97,8 +99,8 @@ class Lowerer {
       const float share = op.type == ProgramOpType::kCollective ? static_cast<float>(costs_.sm_share(op)) : 0.0f;
       const StreamId stream = streams_[s][static_cast<int>(op.stream)];
       double done = 0;
-      const double gate_at = gate[i].first;
-      const int32_t gate_op = gate[i].second;
+      const double gate_at = gate.empty() ? 1.0 : gate[i].first;
+      const int32_t gate_op = gate.empty() ? -1 : gate[i].second;
       bool gate_pending = gate_op >= 0;
       auto piece = [&](double f) {  // the piece [done, f), which a gated tail starting there waits for
         const TaskId t = out_.graph.add_task(stream, dur * (f - done), static_cast<int32_t>(i), share);

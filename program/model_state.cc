@@ -88,4 +88,6 @@ double stage_params_per_gpu(const ModelSpec& m, const Plan& plan, int64_t stage)
   return stage_param_split(m, plan, stage).total();
 }
 
+double layer_params_per_gpu(const ModelSpec& m, const Plan& plan) { return params_on_gpu(m, plan, 1, 0, false, false).total(); }
+
 }  // namespace parallax

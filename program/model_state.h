@@ -48,5 +48,7 @@ StageParams stage_param_split(const ModelSpec& m, const Plan& plan, int64_t stag
 // chunks' sum is the stage's.
 StageParams chunk_param_split(const ModelSpec& m, const Plan& plan, int64_t stage, int64_t chunk);
 double stage_params_per_gpu(const ModelSpec& m, const Plan& plan, int64_t stage);
+// One (MoE, where the model has them) transformer layer's parameters on one GPU, as a stage counts them.
+double layer_params_per_gpu(const ModelSpec& m, const Plan& plan);
 
 }  // namespace parallax

@@ -224,20 +224,22 @@ void add_recompute(LayerTiming& t, const Plan& plan, const ForwardParts& f) {
 
 // FSDP2's copies between a unit's parameters and gradients and its collectives' flat buffers:
 // this rank's layer parameters, read and written once per copy.
-void add_fsdp2_copies(LayerTiming& t, const ModelSpec& m, const GpuSpec& gpu, const Plan& plan) {
-  const LayerParams lp = layer_params(m);
-  const double local = d(lp.tp_sharded) / d(plan.tp) + d(lp.replicated) + d(lp.expert) / d(plan.expert_tp() * plan.ep);
-  if (plan.zero == 3 && plan.execution.gather_copy_out) {
+void add_fsdp2_copies(LayerTiming& t, const GpuSpec& gpu, const ModelSpec& m, const Plan& plan) {
+  const bool copy_out = plan.zero == 3 && plan.execution.gather_copy_out;
+  const bool copy_in = plan.zero >= 2 && plan.shard_degree() > 1 && plan.execution.reduce_copy_in;
+  if (!copy_out && !copy_in) return;
+  const double local = layer_params_per_gpu(m, plan);
+  if (copy_out) {
     // The gathered unit into its parameters before the forward and again before the backward, at
     // the gathered width.
     const double copy_s = memory_time_s(gpu, 2 * bytes_per_param(plan).gathered * local);
     t.forward_s += copy_s;
     t.backward_input_s += copy_s;
   }
-  if (plan.zero >= 2 && plan.shard_degree() > 1 && plan.execution.reduce_copy_in) {
-    // The unit's gradients, as the backward computed them (the parameters' 16 bits), into the
+  if (copy_in) {
+    // The unit's gradients, as the backward computed them (the parameters' width), into the
     // reduce-scatter's input at the reduction's width, once the unit's backward is done.
-    const double computed = plan.precision == Precision::kFp32 ? 4.0 : 2.0;
+    const double computed = activation_element_bytes(base_precision(plan.precision));
     t.backward_weight_s += memory_time_s(gpu, (computed + bytes_per_param(plan).gradients) * local);
   }
 }
@@ -378,7 +380,7 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
                                : 0.0;
   add_recompute(t, plan, {elementwise_s + fp8_fwd_s, gt.ops_recompute_s, core_s + scores_s, ar_pair_s,
                           plan.sequence_parallel ? ag_pair_s : ar_pair_s, norm_s, moe_act_s, gt.up_proj_s});
-  add_fsdp2_copies(t, m, gpu, plan);
+  add_fsdp2_copies(t, gpu, m, plan);
   if (plan.sequence_parallel && plan.tp > 1) {
     // SP stores only the sharded inputs of the two column-parallel GEMMs (QKV, FC1), so their
     // weight gradients need the inputs all-gathered again. Megatron issues these asynchronously
