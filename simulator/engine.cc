@@ -139,6 +139,7 @@ class EventLoop {
     // Contention: per rank its compute stream and the SM share of the collectives running on it.
     compute_of_rank_.assign(ranks, -1);
     share_.assign(ranks, 0.0);
+    reshared_.assign(ranks, false);
     for (size_t s = 0; s < streams; ++s)
       if (streams_[s].compute) compute_of_rank_[streams_[s].rank] = static_cast<StreamId>(s);
     tl_.start_s.resize(n);
@@ -148,6 +149,7 @@ class EventLoop {
 
   Result<Timeline> run(const std::function<std::string(TaskId)>& name) {
     for (size_t s = 0; s < streams_.size(); ++s) try_start(static_cast<StreamId>(s), 0.0);
+    replan(0.0);
     while (!heap_.empty()) finish(heap_.pop());
     if (static_cast<size_t>(tl_.events) != g_.task_count()) return deadlock(name);
     return std::move(tl_);
@@ -156,16 +158,26 @@ class EventLoop {
  private:
   double rate(int32_t rank) const { return std::max(kMinComputeRate, 1.0 - share_[rank]); }
 
-  // The rank's SM share changes by `delta`: its running compute task is re-planned.
-  void reshare(int32_t rank, double delta, double now) {
+  // The rank's SM share changes by `delta`; its running compute task is re-planned once the
+  // instant's events are done (replan), so a collective that ends as the next one of its stream
+  // starts with the same share re-plans nothing.
+  void reshare(int32_t rank, double delta) {
     share_[rank] = std::max(0.0, share_[rank] + delta);
-    const StreamId c = compute_of_rank_[rank];
-    if (c < 0 || !streams_[c].busy) return;
-    Progress& p = progress_[c];
-    p.left_s = std::max(0.0, p.left_s - (now - p.since_s) * p.rate);
-    p.since_s = now;
-    p.rate = rate(rank);
-    heap_.push({now + p.left_s / p.rate, order_[streams_[c].head], ++p.version});
+    if (!reshared_[rank]) reshared_[rank] = true, reshared_ranks_.push_back(rank);
+  }
+
+  void replan(double now) {
+    for (int32_t rank : reshared_ranks_) {
+      reshared_[rank] = false;
+      const StreamId c = compute_of_rank_[rank];
+      if (c < 0 || !streams_[c].busy || progress_[c].rate == rate(rank)) continue;
+      Progress& p = progress_[c];
+      p.left_s = std::max(0.0, p.left_s - (now - p.since_s) * p.rate);
+      p.since_s = now;
+      p.rate = rate(rank);
+      heap_.push({now + p.left_s / p.rate, order_[streams_[c].head], ++p.version});
+    }
+    reshared_ranks_.clear();
   }
 
   void try_start(StreamId s, double now) {
@@ -182,7 +194,7 @@ class EventLoop {
       heap_.push({now + p.left_s / p.rate, t, p.version});
     } else {
       heap_.push({now + task.duration_s, t, 0});
-      if (task.sm_share > 0) reshare(st.rank, task.sm_share, now);
+      if (task.sm_share > 0) reshare(st.rank, task.sm_share);
     }
   }
 
@@ -197,12 +209,13 @@ class EventLoop {
     ++tl_.events;
     st.busy = false;
     ++st.head;
-    if (!st.compute && task.sm_share > 0) reshare(st.rank, -task.sm_share, now);
+    if (!st.compute && task.sm_share > 0) reshare(st.rank, -task.sm_share);
     for (int32_t i = task.first_succ, end = hot_[t + 1].first_succ; i < end; ++i) {
       const TaskId u = succ_[i];
       if (--hot_[u].pending == 0) try_start(hot_[u].stream, now);
     }
     try_start(s, now);
+    replan(now);
     tl_.makespan_s = now;  // events come out in time order
   }
 
@@ -225,6 +238,8 @@ class EventLoop {
   std::vector<TaskId> order_;
   std::vector<StreamId> compute_of_rank_;  // per rank
   std::vector<double> share_;              // per rank: SM share of the collectives running on it
+  std::vector<bool> reshared_;             // per rank: its share changed in this instant
+  std::vector<int32_t> reshared_ranks_;    // those ranks
   std::vector<Progress> progress_;         // of the task running on each compute stream
   EventHeap heap_;
   Timeline tl_;
