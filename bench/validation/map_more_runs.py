@@ -65,7 +65,21 @@ def plan_fields(r):
         a['micro_batch'] = ('1: unstated; GBS/DP = 4 x PP for every row (4, 4, 4, 4, 8, 16, 24, 32, 64), i.e. '
                             'micro-batch 1 with 4 x PP micro-batches per pipeline')
         a['virtual_stages'] = ('none (1f1b): unstated; 119B (23 layers per stage) and 462B (7) cannot interleave '
-                               'except at one layer per chunk, so all rows are priced non-interleaved')
+                               'except at one layer per chunk, so the rows are priced non-interleaved but for 177B')
+        if r['model']['n_layer'] == 96 and pp == 6:
+            # The source's own MFUs rule out fewer chunks, whatever the cost model: one micro-batch's
+            # work is the same in all three rows, and an interleaved 1F1B step takes at least
+            # (m + (p - 1) / v) of it. The strong-scaling runs keep 42/47 of their MFU (>= 41.5/47.5 =
+            # 0.874 after rounding) going from 576 micro-batches per pipeline to 12; the weak row
+            # 43.8/47.5 = 0.92 with 24. m / (m + 5/v) over 576 / (576 + 5/v) is 0.71 and 0.83 at
+            # v = 1, 0.83 and 0.91 at v = 2, 0.91 and 0.95 at v = 4.
+            vp = 4
+            a['virtual_stages'] = ('4 (4 layers per chunk): unstated; the least interleaving the source\'s own MFUs '
+                                   'allow for TP 8 x PP 6. One micro-batch is the same work on 96, 2,304 and 4,608 '
+                                   'GPUs, and a step takes at least m + 5/v of them (m micro-batches per pipeline): '
+                                   'from 47% MFU at m = 576 the runs keep at least 0.874 (42%, m = 12) and 0.92 '
+                                   '(43.8%, m = 24), where v = 1 allows 0.71 and 0.83, v = 2 0.83 and 0.91, '
+                                   'v = 4 0.91 and 0.95')
         zero = '1 (distributed optimizer: --overlap-param-gather requires --use-distributed-optimizer)'
         rc = 'none (assumed: no recompute flag among the README flags; Transformer Engine flash attention keeps no s x s scores)'
         sp = tp > 1
@@ -75,7 +89,7 @@ def plan_fields(r):
                        'defaults for plain "GPT models" (position_embedding_type learned_absolute, embeddings tied '
                        'unless --untie-embeddings-and-output-weights)')
         a['overlap'] = ('overlap_grad_reduce and overlap_param_gather on: the README names --overlap-grad-reduce '
-                        '--overlap-param-gather --tp-comm-overlap (TP comm overlap is not modelled)')
+                        '--overlap-param-gather --tp-comm-overlap (published_runs.py turns on tp_comm_overlap)')
     elif s == 'nemo-24.07':
         conf = {'gpt3-5b': ('gpt3/5b', 400), 'gpt3-20b': ('gpt3/20b', 220), 'gpt3-175b': ('gpt3/175b', 220),
                 'llama2-': ('llama/llama2_*', 125), 'llama3-': ('llama/llama3_*', 125),
