@@ -65,8 +65,8 @@ StepReport estimate_with(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const P2pCost p2p = pipeline_transfer(m, c, plan);
   const double p2p_s = p > 1 && !plan.execution.overlap_p2p ? d(v) * p2p.time_s : 0;
 
-  // The calibrated host cost per chunk-pass: v chunks' forward and backward per micro-batch.
-  const double chunk_s = d(v) * c.calibration.host_cost(plan.execution.framework).chunk_s(layers / d(v));
+  // The calibrated host cost of a micro-batch's forward or backward over the stage's v chunks.
+  const double chunk_s = d(v) * c.calibration.host_cost(plan.execution.framework).chunk_s(layers / d(v), v);
   StageTimes mid{layers * lt.forward_s + p2p_s + overhead + chunk_s, layers * lt.backward_input_s + p2p_s + chunk_s,
                  layers * lt.backward_weight_s};
   StageTimes first = mid, last = mid;

@@ -28,7 +28,7 @@ enum class CalParam {
   kSustainedTensor,   // per GPU power class: one value per class
   kFp8Gemm,
   kGroupedGemm,
-  kChunkPassOverhead,
+  kMicrobatchPassOverhead,
   kTpOverlapExposed,  // per framework family
   kEpOverlapExposed,
   kCollectiveEfficiency,
@@ -64,7 +64,7 @@ struct Calibration {
   std::string name;    // "" = none (the physics-only model)
   std::string source;  // provenance: runs, date, fit
   std::map<std::string, double> sustained_tensor;  // power class -> fraction
-  double fp8_gemm = 1, grouped_gemm = 1, chunk_pass_overhead_us = 0, ep_overlap_exposed = 1, collective_efficiency = 1;
+  double fp8_gemm = 1, grouped_gemm = 1, microbatch_pass_overhead_us = 0, ep_overlap_exposed = 1, collective_efficiency = 1;
   std::map<std::string, double> tp_overlap_exposed;  // framework family -> exposed share of TP collectives
   std::map<std::string, double> layer_gap_us;        // framework family -> idle microseconds per layer pass
   std::vector<PredictionBand> bands;
@@ -78,11 +78,12 @@ struct Calibration {
   // A keyed parameter's values by key; nullptr for one that is not keyed.
   std::map<std::string, double>* keyed(CalParam p);
   const std::map<std::string, double>* keyed(CalParam p) const;
-  // The calibrated host time of one forward or backward pass of a chunk under `framework`: the
-  // chunk-pass overhead plus, per layer, the layer gap of its family.
+  // The calibrated host time of one forward or backward pass of a chunk under `framework`: its
+  // share of the micro-batch-pass overhead (a stage of `chunks` chunks pays it once per micro-batch
+  // and pass, not once per chunk) plus, per layer, the layer gap of its family.
   struct HostCost {
     double pass_s = 0, layer_s = 0;
-    double chunk_s(double layers) const { return pass_s + layers * layer_s; }
+    double chunk_s(double layers, int64_t chunks) const { return pass_s / static_cast<double>(chunks) + layers * layer_s; }
   };
   HostCost host_cost(const std::string& framework) const;
   // The band of a run class: that class's, else "all"'s; nullptr without bands.

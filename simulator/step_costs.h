@@ -110,7 +110,8 @@ class OpCosts {
  private:
   double compute_s(const ProgramOp& op, int64_t stage) const;
   double over_layers(const ProgramOp& op, int64_t stage, double LayerTiming::*field) const;
-  // The calibrated host cost of one forward or backward chunk-pass: per pass and per layer.
+  // The calibrated host cost of one forward or backward chunk-pass: its share of the micro-batch
+  // pass overhead and its layers' gaps.
   double chunk_fixed_s(const ProgramOp& op, int64_t stage) const;
 
   const ModelSpec& m_;

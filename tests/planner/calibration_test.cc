@@ -48,18 +48,18 @@ TEST(Calibration, SustainedFractionScalesGemmTime) {
   EXPECT_DOUBLE_EQ(gemm_time_s(c.gpu, Precision::kBf16, g), base);
 }
 
-TEST(Calibration, ChunkPassOverheadAndLayerGapAddPerPass) {
+TEST(Calibration, MicrobatchPassOverheadAndLayerGapAddPerPass) {
   const ModelSpec m = tiny();
   ClusterSpec c = load_cluster("dgx-h100").value();
   const Plan p = one_gpu(4);
   const double base = step_s(m, c, p);
   Calibration cal;
   cal.name = "t";
-  cal.chunk_pass_overhead_us = 500;
+  cal.microbatch_pass_overhead_us = 500;
   apply_calibration(c, cal);
   // 4 micro-batches x (forward + backward) x 500 us = 4 ms.
   EXPECT_NEAR(step_s(m, c, p) - base, 4 * 2 * 500e-6, 1e-9);
-  cal.chunk_pass_overhead_us = 0;
+  cal.microbatch_pass_overhead_us = 0;
   cal.set(CalParam::kLayerGap, 10, "megatron-family");
   apply_calibration(c, cal);
   // Parallax's default framework is Megatron-like: 4 x 2 passes x 32 layers x 10 us = 2.56 ms.
@@ -68,6 +68,31 @@ TEST(Calibration, ChunkPassOverheadAndLayerGapAddPerPass) {
   cal.set(CalParam::kLayerGap, 10, "pytorch-family");
   apply_calibration(c, cal);
   EXPECT_NEAR(step_s(m, c, p), base, 1e-12);  // another family's gap
+}
+
+// The micro-batch-pass overhead is paid once per micro-batch and pass on a stage, however many
+// chunks the stage runs it in (and a plan's microbatch_overhead_us once per micro-batch forward). GPT-2 (12 layers) on PP 2 with 8 micro-batches, 1 ms: a pipeline's
+// critical path crosses all m micro-batches' passes on one stage and (p - 1) / v of one in its
+// fill and drain, so the step grows by (m + (p - 1) / v) x 2 x 1 ms: 18 ms non-interleaved, 17 ms
+// with 2 chunks per stage, 16.667 ms with 3 (per chunk-pass it would be (m v + p - 1) x 2 ms).
+TEST(Calibration, MicrobatchPassOverheadDoesNotGrowWithChunks) {
+  const ModelSpec m = load_model("gpt2").value();
+  for (int64_t v : {1, 2, 3}) {
+    Plan p;
+    p.pp = 2, p.virtual_stages = v, p.schedule = v > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+    p.seq_len = 512, p.micro_batch = 1, p.global_batch = 8;
+    ClusterSpec c = load_cluster("dgx-h100").value();
+    const double base = step_s(m, c, p);
+    Calibration cal;
+    cal.name = "t";
+    cal.microbatch_pass_overhead_us = 1000;
+    apply_calibration(c, cal);
+    EXPECT_NEAR(step_s(m, c, p) - base, (8 + 1.0 / static_cast<double>(v)) * 2 * 1e-3, 1e-9) << "v " << v;
+    // The plan's own microbatch_overhead_us, on the forward only: half of it.
+    apply_calibration(c, Calibration{});
+    p.execution.microbatch_overhead_us = 1000;
+    EXPECT_NEAR(step_s(m, c, p) - base, (8 + 1.0 / static_cast<double>(v)) * 1e-3, 1e-9) << "v " << v;
+  }
 }
 
 TEST(Calibration, OverlappedTpCollectivesKeepTheExposedShare) {
@@ -118,11 +143,11 @@ TEST(Calibration, JsonRoundTripAndRefusals) {
   cal.name = "mine";
   cal.source = "test";
   cal.set(CalParam::kSustainedTensor, 0.85, "h100-sxm-700w");
-  cal.chunk_pass_overhead_us = 700;
+  cal.microbatch_pass_overhead_us = 700;
   cal.bands = {{"all", 40, -0.1, 0.05}};
   const Calibration back = calibration_from_json(calibration_to_json(cal), "c.json").value();
   EXPECT_DOUBLE_EQ(back.value(CalParam::kSustainedTensor, "h100-sxm-700w"), 0.85);
-  EXPECT_DOUBLE_EQ(back.chunk_pass_overhead_us, 700);
+  EXPECT_DOUBLE_EQ(back.microbatch_pass_overhead_us, 700);
   ASSERT_EQ(back.bands.size(), 1u);
   EXPECT_DOUBLE_EQ(back.bands[0].log_p10, -0.1);
 
@@ -164,7 +189,7 @@ TEST(Calibration, FitRecoversTheParametersThatMadeTheRuns) {
   Calibration truth;
   truth.name = "truth";
   truth.set(CalParam::kSustainedTensor, 0.85, c.gpu.power_class);
-  truth.chunk_pass_overhead_us = 400;
+  truth.microbatch_pass_overhead_us = 400;
   std::vector<MeasuredRun> runs;
   for (const char* model : {"gpt2", "gpt-1.3b"})
   for (int64_t mbs : {1, 4, 16})
@@ -182,7 +207,7 @@ TEST(Calibration, FitRecoversTheParametersThatMadeTheRuns) {
   fo.prior_pull = 0;  // exact runs: nothing to shrink toward
   const FitResult fit = fit_calibration(runs, fo);
   EXPECT_NEAR(fit.calibration.value(CalParam::kSustainedTensor, c.gpu.power_class), 0.85, 0.01);
-  EXPECT_NEAR(fit.calibration.chunk_pass_overhead_us, 400, 10);
+  EXPECT_NEAR(fit.calibration.microbatch_pass_overhead_us, 400, 10);
   EXPECT_NEAR(fit.calibration.value(CalParam::kLayerGap, "megatron-family"), 0, 1);
   for (double p : predict_runs(runs, fit.calibration)) EXPECT_TRUE(std::isfinite(p));
 }
