@@ -157,6 +157,9 @@ Result<Calibration> calibration_from_json(const nlohmann::json& j, const std::st
   for (const auto& [name, p] : params.items()) {
     bool known = false;
     for (const CalParamDef& d : calibration_params()) known = known || name == d.name;
+    if (name == "chunk_pass_overhead_us")  // a per-chunk cost: no per-micro-batch value follows from it
+      return Error{where + ": parameters: 'chunk_pass_overhead_us' is now 'microbatch_pass_overhead_us', paid once "
+                           "per micro-batch pass rather than per chunk: refit with calibrate --runs"};
     if (!known) return Error{where + ": parameters: unknown parameter '" + name + "'"};
   }
   if (j.contains("bands")) {

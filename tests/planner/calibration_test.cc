@@ -161,6 +161,9 @@ TEST(Calibration, JsonRoundTripAndRefusals) {
   j = calibration_to_json(cal);
   j["parameters"]["clock_ghz"] = {{"value", 1.7}};
   EXPECT_EQ(calibration_from_json(j, "c.json").error(), "c.json: parameters: unknown parameter 'clock_ghz'");
+  j["parameters"].erase("clock_ghz");
+  j["parameters"]["chunk_pass_overhead_us"] = {{"value", 500}};  // renamed: a clear error, not a silent alias
+  EXPECT_NE(calibration_from_json(j, "c.json").error().find("now 'microbatch_pass_overhead_us'"), std::string::npos);
 }
 
 TEST(Calibration, BandIsTheResidualQuantiles) {
