@@ -71,10 +71,11 @@ TEST(Calibration, MicrobatchPassOverheadAndLayerGapAddPerPass) {
 }
 
 // The micro-batch-pass overhead is paid once per micro-batch and pass on a stage, however many
-// chunks the stage runs it in (and a plan's microbatch_overhead_us once per micro-batch forward). GPT-2 (12 layers) on PP 2 with 8 micro-batches, 1 ms: a pipeline's
-// critical path crosses all m micro-batches' passes on one stage and (p - 1) / v of one in its
-// fill and drain, so the step grows by (m + (p - 1) / v) x 2 x 1 ms: 18 ms non-interleaved, 17 ms
-// with 2 chunks per stage, 16.667 ms with 3 (per chunk-pass it would be (m v + p - 1) x 2 ms).
+// chunks the stage runs it in (and a plan's microbatch_overhead_us once per micro-batch forward).
+// GPT-2 (12 layers) on PP 2 with 8 micro-batches, 1 ms: a pipeline's critical path crosses all m
+// micro-batches' passes on one stage and (p - 1) / v of one in its fill and drain, so the step
+// grows by (m + (p - 1) / v) x 2 x 1 ms: 18 ms non-interleaved, 17 ms with 2 chunks per stage,
+// 16.667 ms with 3 (per chunk-pass it would be (m v + p - 1) x 2 ms).
 TEST(Calibration, MicrobatchPassOverheadDoesNotGrowWithChunks) {
   const ModelSpec m = load_model("gpt2").value();
   for (int64_t v : {1, 2, 3}) {
