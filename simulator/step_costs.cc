@@ -472,7 +472,8 @@ double OpCosts::over_layers(const ProgramOp& op, int64_t stage, double LayerTimi
 }
 
 double OpCosts::chunk_fixed_s(const ProgramOp& op, int64_t stage) const {
-  return host_.chunk_s(layers_[static_cast<size_t>(stage * p_.virtual_stages + op.chunk)], p_.virtual_stages);
+  const double plan_s = op.pass == OpKind::kForward ? p_.execution.microbatch_overhead_us * 1e-6 / d(p_.virtual_stages) : 0.0;
+  return plan_s + host_.chunk_s(layers_[static_cast<size_t>(stage * p_.virtual_stages + op.chunk)], p_.virtual_stages);
 }
 
 double OpCosts::compute_s(const ProgramOp& op, int64_t stage) const {
@@ -481,8 +482,7 @@ double OpCosts::compute_s(const ProgramOp& op, int64_t stage) const {
   switch (op.pass) {
     case OpKind::kForward:
       return over_layers(op, stage, &LayerTiming::forward_s) + (first ? edge_.first_forward_s : 0) +
-             (last ? edge_.last_forward_s : 0) + p_.execution.microbatch_overhead_us * 1e-6 / d(p_.virtual_stages) +
-             chunk_fixed_s(op, stage);
+             (last ? edge_.last_forward_s : 0) + chunk_fixed_s(op, stage);
     case OpKind::kBackward:
       return over_layers(op, stage, &LayerTiming::backward_input_s) +
              (split ? 0 : over_layers(op, stage, &LayerTiming::backward_weight_s)) + (first ? edge_.first_backward_s : 0) +

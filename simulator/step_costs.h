@@ -110,8 +110,9 @@ class OpCosts {
  private:
   double compute_s(const ProgramOp& op, int64_t stage) const;
   double over_layers(const ProgramOp& op, int64_t stage, double LayerTiming::*field) const;
-  // The calibrated host cost of one forward or backward chunk-pass: its share of the micro-batch
-  // pass overhead and its layers' gaps.
+  // The fixed host cost of one forward or backward chunk-pass: its share of the per-micro-batch
+  // overheads (the calibrated one per pass, the plan's microbatch_overhead_us per forward) and its
+  // layers' gaps.
   double chunk_fixed_s(const ProgramOp& op, int64_t stage) const;
 
   const ModelSpec& m_;
