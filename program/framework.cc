@@ -17,6 +17,7 @@ FrameworkProfile megatron() {
   e.fp32_gradients = true;
   e.attention_impl = "cudnn";
   e.megatron_buckets = true;
+  e.loss = LossKernel::kMegatron;
   p.settings = {
       {"attention", "flash", std::string(kMegatronArgs) + ": --attention-backend auto picks TE's fused/flash attention"},
       {"attention_impl", "cudnn", "Transformer Engine prefers its cuDNN FusedAttention backend on Hopper"},
@@ -24,7 +25,8 @@ FrameworkProfile megatron() {
       {"selective", "attention-core", "--recompute-granularity selective re-runs core_attention (Korthikanti et al. 2022)"},
       {"overlap_grad_reduce", "false", std::string(kMegatronArgs) + ": --overlap-grad-reduce is off unless given"},
       {"fp32_gradients", "true", std::string(kMegatronArgs) + ": bf16 without --grad-reduce-in-bf16 accumulates and all-reduces in fp32"},
-      {"megatron_buckets", "true", "NVIDIA/Megatron-LM megatron/core/distributed/distributed_data_parallel.py: bucket_size defaults to max(40000000, 1000000 x DP) parameters; pipeline stages after the first take one bucket"}};
+      {"megatron_buckets", "true", "NVIDIA/Megatron-LM megatron/core/distributed/distributed_data_parallel.py: bucket_size defaults to max(40000000, 1000000 x DP) parameters; pipeline stages after the first take one bucket"},
+      {"loss", "megatron", std::string(kMegatronArgs) + ": --cross-entropy-loss-fusion is off unless given; megatron/core/tensor_parallel/cross_entropy.py runs the loss in unfused fp32 ops"}};
   return p;
 }
 
@@ -33,12 +35,14 @@ FrameworkProfile megatron_2022() {
   Execution& e = p.execution;
   e.attention = AttentionKernel::kMaterialized;
   e.fp32_gradients = true;
+  e.loss = LossKernel::kMegatron;
   p.settings = {
       {"attention", "materialized", std::string(kMegatron2022) + " megatron/model/transformer.py: FusedScaleMaskSoftmax over s x s scores"},
       {"kernels", "fused", std::string(kMegatron2022) + " arguments.py: bias-gelu, bias-dropout-add and masked-softmax fusions on by default"},
       {"selective", "attention-core", "Korthikanti et al. 2022, Sec. 5: selective recompute of the attention core"},
       {"overlap_grad_reduce", "false", std::string(kMegatron2022) + " --DDP-impl local: reduce_model_grads after forward_backward (training.py)"},
-      {"fp32_gradients", "true", std::string(kMegatron2022) + " distributed.py: main_grad accumulated in fp32"}};
+      {"fp32_gradients", "true", std::string(kMegatron2022) + " distributed.py: main_grad accumulated in fp32"},
+      {"loss", "megatron", std::string(kMegatron2022) + " mpu/cross_entropy.py: vocab_parallel_cross_entropy of output.float() in unfused ops"}};
   return p;
 }
 
@@ -50,6 +54,7 @@ FrameworkProfile nemo() {
   e.overlap_p2p = true;
   e.tp_comm_overlap = true;
   e.attention_impl = "cudnn";
+  e.loss = LossKernel::kMegatron;
   p.settings = {
       {"attention", "flash", std::string(kDgxc) + ": TE attention (NVTE_FUSED_ATTN cuDNN or flash)"},
       {"attention_impl", "cudnn", std::string(kDgxc) + " nemotron/configure.sh: NVTE_FUSED_ATTN=1 (cuDNN); recipes that set 0 run FlashAttention-2 (attention_impl fa2)"},
@@ -59,7 +64,8 @@ FrameworkProfile nemo() {
       {"overlap_param_gather", "true", std::string(kDgxc) + ": optim.overlap_param_sync true"},
       {"overlap_p2p", "true", std::string(kDgxc) + ": overlap_p2p_comm true, batch_p2p_comm false"},
       {"fp32_gradients", "false", std::string(kDgxc) + ": optim.grad_sync_dtype bf16"},
-      {"tp_comm_overlap", "true", std::string(kDgxc) + ": ub_tp_comm_overlap true (the calibrated share tp_overlap_exposed stays exposed)"}};
+      {"tp_comm_overlap", "true", std::string(kDgxc) + ": ub_tp_comm_overlap true (the calibrated share tp_overlap_exposed stays exposed)"},
+      {"loss", "megatron", std::string(kDgxc) + ": cross_entropy_loss_fusion unset, Megatron-Core's TransformerConfig default (false): the unfused vocab-parallel cross-entropy"}};
   return p;
 }
 
@@ -68,8 +74,10 @@ FrameworkProfile fsdp() {
   Execution& e = p.execution;
   e.kernels = KernelFusion::kEager;
   e.attention_impl = "fa2";
+  e.loss = LossKernel::kEager;
   p.settings = {
       {"attention", "flash", std::string(kFms) + " README: SDPA's FlashAttention-2"},
+      {"loss", "eager", std::string(kFms) + " fms_fsdp/utils/train_utils.py: nn.CrossEntropyLoss of the bf16 output, uncast"},
       {"attention_impl", "fa2", "PyTorch's SDPA flash backend is FlashAttention-2 (PyTorch 2.2 release notes)"},
       {"kernels", "eager", "PyTorch eager unless torch.compile (--compile)"},
       {"fp32_gradients", "false", std::string(kFms) + " fms_fsdp/policies/mixed_precision.py: param, reduce and buffer dtype bf16"},
@@ -83,7 +91,9 @@ FrameworkProfile deepspeed() {
   e.kernels = KernelFusion::kEager;
   e.attention_impl = "fa2";
   e.dp_bucket_mib = 5e8 * 2 / 1048576.0;  // reduce_bucket_size 5e8 bf16 elements
+  e.loss = LossKernel::kEagerFp32;
   p.settings = {
+      {"loss", "eager-fp32", "Hugging Face causal LMs: ForCausalLMLoss casts the logits to fp32 for nn.functional.cross_entropy"},
       {"kernels", "eager", std::string(kDeepSpeed) + ": DeepSpeed runs the user's module unfused (Megatron-DeepSpeed brings Megatron's fused kernels)"},
       {"attention_impl", "fa2", "Hugging Face models' SDPA flash backend is FlashAttention-2 (PyTorch 2.2 release notes)"},
       {"dp_bucket_mib", "953.7", std::string(kDeepSpeed) + " deepspeed/runtime/zero/config.py: reduce_bucket_size 5e8 elements"},
@@ -101,7 +111,9 @@ FrameworkProfile torchtitan() {
   e.attention_impl = "fa2";
   e.gather_copy_out = true;
   e.reduce_copy_in = true;
+  e.loss = LossKernel::kEagerFp32;
   p.settings = {
+      {"loss", "eager-fp32", std::string(kTitan) + " train.py: cross_entropy of pred.float() outside the compiled blocks (loss_parallel under TP runs the same ops on DTensors)"},
       {"attention", "flash", std::string(kTitan) + " torchtitan/models/llama/model.py: F.scaled_dot_product_attention(is_causal=True)"},
       {"attention_impl", "fa2", "PyTorch's SDPA flash backend is FlashAttention-2 (PyTorch 2.2 release notes)"},
       {"kernels", "eager", std::string(kTitan) + " config_manager.py: training.compile false by default; norms.py RMSNorm in fp32 ops"},

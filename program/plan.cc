@@ -26,6 +26,9 @@ const std::pair<const char*, CpComm> kCpComms[] = {
     {"p2p", CpComm::kP2p}, {"all-gather", CpComm::kAllGather}, {"a2a", CpComm::kAllToAll}};
 const std::pair<const char*, Fp8Recipe> kFp8Recipes[] = {{"delayed", Fp8Recipe::kDelayed}, {"current", Fp8Recipe::kCurrent}, {"rowwise", Fp8Recipe::kRowwise},
                                                             {"blockwise", Fp8Recipe::kBlockwise}, {"mxfp8", Fp8Recipe::kMxfp8}};
+const std::pair<const char*, LossKernel> kLossKernels[] = {
+    {"fused", LossKernel::kFused}, {"megatron", LossKernel::kMegatron}, {"megatron-fused", LossKernel::kMegatronFused},
+    {"eager", LossKernel::kEager}, {"eager-fp32", LossKernel::kEagerFp32}};
 const std::pair<const char*, MoeDispatcher> kDispatchers[] = {{"alltoall", MoeDispatcher::kAllToAll}, {"deepep", MoeDispatcher::kDeepEp}};
 const std::pair<const char*, AttentionKernel> kKernels[] = {
     {"flash", AttentionKernel::kFlash}, {"materialized", AttentionKernel::kMaterialized}};
@@ -75,6 +78,8 @@ std::optional<CpComm> parse_cp_comm(const std::string& s) { return parse_enum(s,
 std::optional<Fp8Recipe> parse_fp8_recipe(const std::string& s) { return parse_enum(s, kFp8Recipes); }
 const char* moe_dispatcher_name(MoeDispatcher d) { return enum_name(d, kDispatchers); }
 std::optional<MoeDispatcher> parse_moe_dispatcher(const std::string& s) { return parse_enum(s, kDispatchers); }
+const char* loss_kernel_name(LossKernel k) { return enum_name(k, kLossKernels); }
+std::optional<LossKernel> parse_loss_kernel(const std::string& s) { return parse_enum(s, kLossKernels); }
 std::optional<Schedule> parse_schedule(const std::string& s) { return parse_enum(s, kSchedules); }
 std::optional<Recompute> parse_recompute(const std::string& s) { return parse_enum(s, kRecomputes); }
 std::optional<Precision> parse_precision(const std::string& s) { return parse_enum(s, kPrecisions); }
@@ -320,7 +325,7 @@ nlohmann::json plan_to_json(const Plan& p) {
             {"moe_imbalance", e.moe_imbalance}, {"moe_capacity_factor", e.moe_capacity_factor},
             {"moe_dispatcher", moe_dispatcher_name(e.moe_dispatcher)}, {"moe_a2a_overlap", e.moe_a2a_overlap},
             {"fp8_recipe", fp8_recipe_name(e.fp8_recipe)}, {"fp8_param_gather", e.fp8_param_gather},
-            {"gather_copy_out", e.gather_copy_out}, {"reduce_copy_in", e.reduce_copy_in}}}};
+            {"loss", loss_kernel_name(e.loss)}, {"gather_copy_out", e.gather_copy_out}, {"reduce_copy_in", e.reduce_copy_in}}}};
 }
 
 namespace {
@@ -396,6 +401,7 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   e.moe_a2a_overlap = f.optional_bool("moe_a2a_overlap", e.moe_a2a_overlap);
   if (f.has("fp8_recipe")) e.fp8_recipe = read_enum(f, "fp8_recipe", parse_fp8_recipe, "delayed|current|rowwise|blockwise|mxfp8", e.fp8_recipe);
   e.fp8_param_gather = f.optional_bool("fp8_param_gather", e.fp8_param_gather);
+  if (f.has("loss")) e.loss = read_enum(f, "loss", parse_loss_kernel, "fused|megatron|megatron-fused|eager|eager-fp32", e.loss);
   e.gather_copy_out = f.optional_bool("gather_copy_out", e.gather_copy_out);
   e.reduce_copy_in = f.optional_bool("reduce_copy_in", e.reduce_copy_in);
   if (f.ok() && e.moe_imbalance != 0 && (e.moe_imbalance < 1 || e.moe_imbalance > 1e3))

@@ -37,6 +37,13 @@ enum class Fp8Recipe { kDelayed, kCurrent, kRowwise, kBlockwise, kMxfp8 };
 // dispatcher); or DeepEP (Megatron's flex dispatcher with --moe-enable-deepep), which sends a token
 // once to each other node holding one of its experts and forwards it there over NVLink.
 enum class MoeDispatcher { kAllToAll, kDeepEp };
+// The loss over the vocabulary-parallel logits, as the framework's code runs it (each moves the
+// logits a different number of times; simulator/step_costs.h loss_bytes_per_logit): fused, one
+// pass each way (Parallax's runtimes, Transformer Engine's parallel cross-entropy); megatron,
+// Megatron's vocab_parallel_cross_entropy in unfused fp32 ops; megatron-fused, the same under
+// --cross-entropy-loss-fusion; eager, PyTorch's F.cross_entropy of the logits as they are;
+// eager-fp32, of the logits cast to fp32 first.
+enum class LossKernel { kFused, kMegatron, kMegatronFused, kEager, kEagerFp32 };
 
 // Dropless MoE routing of a trained router on real text: the Gini coefficient of the experts'
 // loads, 0.105 with softmax attention (MHA/GQA) and above 0.24 with latent attention (MLA), on five
@@ -96,6 +103,7 @@ struct Execution {
   // compute, and the backward likewise behind the forward's.
   bool moe_a2a_overlap = false;
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
+  LossKernel loss = LossKernel::kFused;
   // ZeRO-3: each gathered unit is copied out of the all-gather's flat buffer into its parameters on
   // the compute stream, before the forward and again before the backward (FSDP2's
   // foreach_all_gather_copy_out); where false, the parameters are views of the buffer (FSDP1's
@@ -199,6 +207,8 @@ std::optional<CpComm> parse_cp_comm(const std::string& s);
 std::optional<Fp8Recipe> parse_fp8_recipe(const std::string& s);
 const char* moe_dispatcher_name(MoeDispatcher d);
 std::optional<MoeDispatcher> parse_moe_dispatcher(const std::string& s);
+const char* loss_kernel_name(LossKernel k);
+std::optional<LossKernel> parse_loss_kernel(const std::string& s);
 
 // Constraints a plan can break. Codes let the search count rejections without building strings.
 // The most micro-batches per step a plan may have: the simulator runs every one of them.

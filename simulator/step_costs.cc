@@ -395,6 +395,37 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   return t;
 }
 
+LossBytes loss_bytes_per_logit(LossKernel kernel, double logit_bytes) {
+  const double b = logit_bytes;
+  // Widening to fp32 (read b, write 4) and narrowing the gradient back (read 4, write b); none
+  // when the logits already are fp32.
+  const double widen = b == 4 ? 0 : b + 4, narrow = b == 4 ? 0 : 4 + b;
+  switch (kernel) {
+    case LossKernel::kFused:  // read the logits, write the fp32 softmax (+ its max and sum); read it, write the gradient
+      return {b + 8, 4 + b};
+    case LossKernel::kMegatron:
+      // megatron/core/tensor_parallel/cross_entropy.py: .float(), max (r4), -= max (r4 w4), exp
+      // out= (r4 w4), sum (r4), div_ by the sum (r4 w4); backward mul_ by the loss gradient
+      // (r4 w4), then .float()'s backward narrows it.
+      return {widen + 32, 8 + narrow};
+    case LossKernel::kMegatronFused:
+      // megatron/core/fusions/fused_cross_entropy.py: the same ops in three jit-fused kernels,
+      // .float() with max, -= max with exp and sum (r4 w4), div_ (r4 w4); backward reads the
+      // softmax and writes the narrowed gradient in one.
+      return {(b == 4 ? 4 : b + 4) + 16, 4 + b};
+    case LossKernel::kEager:
+    case LossKernel::kEagerFp32: {
+      // F.cross_entropy at width w: log_softmax reads a row for its max, again for the sum of
+      // exponentials, and once more to write it (3w + w); backward nll_loss zero-fills its
+      // gradient (w), log_softmax's backward sums it (w) and writes grad - exp(out) x sum (3w).
+      // eager-fp32 casts the logits first (logits.float()) and narrows the gradient after.
+      if (kernel == LossKernel::kEager) return {4 * b, 5 * b};
+      return {widen + 16, 20 + narrow};
+    }
+  }
+  return {};
+}
+
 EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
   const GpuSpec& gpu = c.gpu;
   const Precision base = base_precision(plan.precision);  // the output layer stays in bf16 under FP8
@@ -405,14 +436,14 @@ EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& pla
   // Embedding: gather rows (read + write h per token); backward scatters them into the gradient.
   e.first_forward_s = memory_time_s(gpu, 2 * tokens * d(m.hidden) * ab / rep);
   e.first_backward_s = e.first_forward_s;
-  // Output layer: tokens x (V/t) x h GEMM; the vocab-parallel cross-entropy reads the logits and
-  // writes fp32 softmax (forward), then reads it and writes the gradient (backward).
+  // Output layer: tokens x (V/t) x h GEMM, then the loss over the vocab-parallel logits.
   const Gemm logits{"logits", static_cast<int64_t>(tokens), m.vocab / plan.tp, m.hidden};
   const double gemm_s = gemm_time_s(gpu, base, logits);
   const double logits_elems = tokens * d(m.vocab) / d(plan.tp);
   const double norm_s = memory_time_s(gpu, 4 * tokens * d(m.hidden) * ab / rep);
-  e.last_forward_s = gemm_s + norm_s + memory_time_s(gpu, logits_elems * (ab + 4 + 4));
-  e.last_backward_input_s = gemm_s + 2 * norm_s + memory_time_s(gpu, logits_elems * (4 + ab));
+  const LossBytes loss = loss_bytes_per_logit(plan.execution.loss, ab);
+  e.last_forward_s = gemm_s + norm_s + memory_time_s(gpu, logits_elems * loss.forward);
+  e.last_backward_input_s = gemm_s + 2 * norm_s + memory_time_s(gpu, logits_elems * loss.backward);
   e.last_backward_weight_s = gemm_s;
   return e;
 }

@@ -62,6 +62,14 @@ double expected_max_of_normals(int64_t n);
 // exactly topk_group nodes, (nodes - 1) / nodes of them remote.
 double remote_nodes_per_token(const ModelSpec& m, int64_t nodes);
 
+// HBM bytes the loss moves per logit element (one vocabulary entry of one token), forward and
+// backward, when the logits are `logit_bytes` wide (2: bf16/fp16, 4: fp32), by how the framework
+// runs it. The output GEMM's own reads and writes are not included.
+struct LossBytes {
+  double forward = 0, backward = 0;
+};
+LossBytes loss_bytes_per_logit(LossKernel kernel, double logit_bytes);
+
 // The embedding (first stage) and the output layer with the loss (last stage), one micro-batch.
 struct EdgeTiming {
   double first_forward_s = 0, first_backward_s = 0;

@@ -153,7 +153,7 @@ Execution execution_or_fail(const ExecutionFlags& f) {
 
 std::string describe_execution(const Execution& e) {
   return "framework " + (e.framework.empty() ? std::string("parallax defaults") : e.framework) + ": attention " +
-         attention_name(e.attention) + ", kernels " + kernels_name(e.kernels) + ", selective " +
+         attention_name(e.attention) + ", kernels " + kernels_name(e.kernels) + ", loss " + loss_kernel_name(e.loss) + ", selective " +
          (e.selective != SelectiveRecompute::kAttentionCore || e.recompute_modules == kCoreAttn
               ? std::string(selective_name(e.selective))
               : recompute_modules_text(e.recompute_modules, "+")) +

@@ -122,6 +122,15 @@ def plan(r):
         # run_235b.sh, run_h100_235b.sh); the readme marks the runs that did not (its long-context
         # table's "dropless" column).
         execution['moe_imbalance'] = 1.0
+        # The same MODEL_ARGS: --cross-entropy-loss-fusion true --cross-entropy-fusion-impl te
+        # (Transformer Engine's parallel cross-entropy: one pass over the logits each way).
+        execution['loss'] = 'fused'
+    # NeMo 2.0 (DGX Cloud's 25.05 DeepSeek-V3 recipe) and Megatron-Bridge default
+    # cross_entropy_loss_fusion to True (NVIDIA/NeMo nemo/collections/llm/gpt/model/base.py
+    # GPTConfig; NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/models/gpt_provider.py
+    # GPTModelProvider); NeMo 1.0's YAML recipes leave Megatron-Core's False.
+    if r['id'].startswith('dgxc-v25.05') or source == 'megatron-bridge':
+        execution['loss'] = 'megatron-fused'
     if source == 'megatron2024':
         # Megatron-LM README at f2e5db40: runs use --overlap-grad-reduce --overlap-param-gather
         # --tp-comm-overlap.
