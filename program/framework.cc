@@ -10,6 +10,11 @@ const char* kDgxc = "NVIDIA/dgxc-benchmarking@35a9aecc (v24.11.1) nemotron/*.yam
 const char* kTitan = "pytorch/torchtitan@9dec370";
 const char* kFms = "foundation-model-stack/fms-fsdp@5a296af";
 const char* kDeepSpeed = "microsoft/DeepSpeed@38327e07";
+const char* kTorchEmbedding =
+    "PyTorch aten/src/ATen/native/cuda/Embedding.cu: embedding_dense_backward zero-fills a vocab x hidden gradient and scatters the tokens' rows into it";
+const char* kMegatronEmbedding =
+    "NVIDIA/Megatron-LM megatron/core/tensor_parallel/layers.py: VocabParallelEmbedding indexes its weight (a dense zero-filled gradient in backward); "
+    "distributed_data_parallel.py's backward hook adds param.grad into main_grad";
 
 FrameworkProfile megatron() {
   FrameworkProfile p{"megatron", "Megatron-LM with Megatron-Core and Transformer Engine, default arguments", {}, {}};
@@ -18,6 +23,7 @@ FrameworkProfile megatron() {
   e.attention_impl = "cudnn";
   e.megatron_buckets = true;
   e.loss = LossKernel::kMegatron;
+  e.dense_embedding_grad = true;
   p.settings = {
       {"attention", "flash", std::string(kMegatronArgs) + ": --attention-backend auto picks TE's fused/flash attention"},
       {"attention_impl", "cudnn", "Transformer Engine prefers its cuDNN FusedAttention backend on Hopper"},
@@ -26,7 +32,8 @@ FrameworkProfile megatron() {
       {"overlap_grad_reduce", "false", std::string(kMegatronArgs) + ": --overlap-grad-reduce is off unless given"},
       {"fp32_gradients", "true", std::string(kMegatronArgs) + ": bf16 without --grad-reduce-in-bf16 accumulates and all-reduces in fp32"},
       {"megatron_buckets", "true", "NVIDIA/Megatron-LM megatron/core/distributed/distributed_data_parallel.py: bucket_size defaults to max(40000000, 1000000 x DP) parameters; pipeline stages after the first take one bucket"},
-      {"loss", "megatron", std::string(kMegatronArgs) + ": --cross-entropy-loss-fusion is off unless given; megatron/core/tensor_parallel/cross_entropy.py runs the loss in unfused fp32 ops"}};
+      {"loss", "megatron", std::string(kMegatronArgs) + ": --cross-entropy-loss-fusion is off unless given; megatron/core/tensor_parallel/cross_entropy.py runs the loss in unfused fp32 ops"},
+      {"dense_embedding_grad", "true", kMegatronEmbedding}};
   return p;
 }
 
@@ -36,13 +43,15 @@ FrameworkProfile megatron_2022() {
   e.attention = AttentionKernel::kMaterialized;
   e.fp32_gradients = true;
   e.loss = LossKernel::kMegatron;
+  e.dense_embedding_grad = true;
   p.settings = {
       {"attention", "materialized", std::string(kMegatron2022) + " megatron/model/transformer.py: FusedScaleMaskSoftmax over s x s scores"},
       {"kernels", "fused", std::string(kMegatron2022) + " arguments.py: bias-gelu, bias-dropout-add and masked-softmax fusions on by default"},
       {"selective", "attention-core", "Korthikanti et al. 2022, Sec. 5: selective recompute of the attention core"},
       {"overlap_grad_reduce", "false", std::string(kMegatron2022) + " --DDP-impl local: reduce_model_grads after forward_backward (training.py)"},
       {"fp32_gradients", "true", std::string(kMegatron2022) + " distributed.py: main_grad accumulated in fp32"},
-      {"loss", "megatron", std::string(kMegatron2022) + " mpu/cross_entropy.py: vocab_parallel_cross_entropy of output.float() in unfused ops"}};
+      {"loss", "megatron", std::string(kMegatron2022) + " mpu/cross_entropy.py: vocab_parallel_cross_entropy of output.float() in unfused ops"},
+      {"dense_embedding_grad", "true", std::string(kMegatron2022) + " mpu/layers.py: VocabParallelEmbedding's F.embedding backward, added into main_grad (distributed.py)"}};
   return p;
 }
 
@@ -55,6 +64,7 @@ FrameworkProfile nemo() {
   e.tp_comm_overlap = true;
   e.attention_impl = "cudnn";
   e.loss = LossKernel::kMegatron;
+  e.dense_embedding_grad = true;
   p.settings = {
       {"attention", "flash", std::string(kDgxc) + ": TE attention (NVTE_FUSED_ATTN cuDNN or flash)"},
       {"attention_impl", "cudnn", std::string(kDgxc) + " nemotron/configure.sh: NVTE_FUSED_ATTN=1 (cuDNN); recipes that set 0 run FlashAttention-2 (attention_impl fa2)"},
@@ -65,7 +75,8 @@ FrameworkProfile nemo() {
       {"overlap_p2p", "true", std::string(kDgxc) + ": overlap_p2p_comm true, batch_p2p_comm false"},
       {"fp32_gradients", "false", std::string(kDgxc) + ": optim.grad_sync_dtype bf16"},
       {"tp_comm_overlap", "true", std::string(kDgxc) + ": ub_tp_comm_overlap true (the calibrated share tp_overlap_exposed stays exposed)"},
-      {"loss", "megatron", std::string(kDgxc) + ": cross_entropy_loss_fusion unset, Megatron-Core's TransformerConfig default (false): the unfused vocab-parallel cross-entropy"}};
+      {"loss", "megatron", std::string(kDgxc) + ": cross_entropy_loss_fusion unset, Megatron-Core's TransformerConfig default (false): the unfused vocab-parallel cross-entropy"},
+      {"dense_embedding_grad", "true", kMegatronEmbedding}};
   return p;
 }
 
@@ -75,8 +86,10 @@ FrameworkProfile fsdp() {
   e.kernels = KernelFusion::kEager;
   e.attention_impl = "fa2";
   e.loss = LossKernel::kEager;
+  e.dense_embedding_grad = true;
   p.settings = {
       {"attention", "flash", std::string(kFms) + " README: SDPA's FlashAttention-2"},
+      {"dense_embedding_grad", "true", kTorchEmbedding},
       {"loss", "eager", std::string(kFms) + " fms_fsdp/utils/train_utils.py: nn.CrossEntropyLoss of the bf16 output, uncast"},
       {"attention_impl", "fa2", "PyTorch's SDPA flash backend is FlashAttention-2 (PyTorch 2.2 release notes)"},
       {"kernels", "eager", "PyTorch eager unless torch.compile (--compile)"},
@@ -92,7 +105,9 @@ FrameworkProfile deepspeed() {
   e.attention_impl = "fa2";
   e.dp_bucket_mib = 5e8 * 2 / 1048576.0;  // reduce_bucket_size 5e8 bf16 elements
   e.loss = LossKernel::kEagerFp32;
+  e.dense_embedding_grad = true;
   p.settings = {
+      {"dense_embedding_grad", "true", kTorchEmbedding},
       {"loss", "eager-fp32", "Hugging Face causal LMs: ForCausalLMLoss casts the logits to fp32 for nn.functional.cross_entropy"},
       {"kernels", "eager", std::string(kDeepSpeed) + ": DeepSpeed runs the user's module unfused (Megatron-DeepSpeed brings Megatron's fused kernels)"},
       {"attention_impl", "fa2", "Hugging Face models' SDPA flash backend is FlashAttention-2 (PyTorch 2.2 release notes)"},
@@ -112,7 +127,9 @@ FrameworkProfile torchtitan() {
   e.gather_copy_out = true;
   e.reduce_copy_in = true;
   e.loss = LossKernel::kEagerFp32;
+  e.dense_embedding_grad = true;
   p.settings = {
+      {"dense_embedding_grad", "true", kTorchEmbedding},
       {"loss", "eager-fp32", std::string(kTitan) + " train.py: cross_entropy of pred.float() outside the compiled blocks (loss_parallel under TP runs the same ops on DTensors)"},
       {"attention", "flash", std::string(kTitan) + " torchtitan/models/llama/model.py: F.scaled_dot_product_attention(is_causal=True)"},
       {"attention_impl", "fa2", "PyTorch's SDPA flash backend is FlashAttention-2 (PyTorch 2.2 release notes)"},

@@ -325,7 +325,8 @@ nlohmann::json plan_to_json(const Plan& p) {
             {"moe_imbalance", e.moe_imbalance}, {"moe_capacity_factor", e.moe_capacity_factor},
             {"moe_dispatcher", moe_dispatcher_name(e.moe_dispatcher)}, {"moe_a2a_overlap", e.moe_a2a_overlap},
             {"fp8_recipe", fp8_recipe_name(e.fp8_recipe)}, {"fp8_param_gather", e.fp8_param_gather},
-            {"loss", loss_kernel_name(e.loss)}, {"gather_copy_out", e.gather_copy_out}, {"reduce_copy_in", e.reduce_copy_in}}}};
+            {"loss", loss_kernel_name(e.loss)}, {"gather_copy_out", e.gather_copy_out}, {"reduce_copy_in", e.reduce_copy_in},
+            {"dense_embedding_grad", e.dense_embedding_grad}}}};
 }
 
 namespace {
@@ -404,6 +405,7 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   if (f.has("loss")) e.loss = read_enum(f, "loss", parse_loss_kernel, "fused|megatron|megatron-fused|eager|eager-fp32", e.loss);
   e.gather_copy_out = f.optional_bool("gather_copy_out", e.gather_copy_out);
   e.reduce_copy_in = f.optional_bool("reduce_copy_in", e.reduce_copy_in);
+  e.dense_embedding_grad = f.optional_bool("dense_embedding_grad", e.dense_embedding_grad);
   if (f.ok() && e.moe_imbalance != 0 && (e.moe_imbalance < 1 || e.moe_imbalance > 1e3))
     f.fail("moe_imbalance", "must be between 1 (balanced) and 1000, or 0 (a trained router's default)");
   if (f.ok() && e.moe_capacity_factor > 1e3) f.fail("moe_capacity_factor", "must be <= 1000 (0: dropless)");

@@ -114,6 +114,11 @@ struct Execution {
   // torch.ops.fsdp.chunk_cat); where false, the gradients already lie in the flat buffer (FSDP1's
   // flat parameter, Megatron's grad buffer).
   bool reduce_copy_in = false;
+  // The embedding's backward materializes a dense vocab x hidden gradient each micro-batch
+  // (PyTorch's embedding_dense_backward, Megatron's indexing backward: zero-filled, then the
+  // tokens' rows scattered in) and adds it into the gradient buffer; where false, the rows are
+  // scattered straight into the buffer (Parallax's runtimes).
+  bool dense_embedding_grad = false;
   // FP8 weights gathered in FP8 (Megatron --fp8-param-gather, torchtitan's float8 all-gather for
   // FSDP): ZeRO's weight all-gathers move 1 byte per matmul weight, and no 16-bit copy is kept.
   bool fp8_param_gather = false;

@@ -436,6 +436,12 @@ EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& pla
   // Embedding: gather rows (read + write h per token); backward scatters them into the gradient.
   e.first_forward_s = memory_time_s(gpu, 2 * tokens * d(m.hidden) * ab / rep);
   e.first_backward_s = e.first_forward_s;
+  if (plan.execution.dense_embedding_grad) {
+    // The rank's vocab / t x h table of gradient, zero-filled at the weights' width and read
+    // again to be added into the gradient buffer (read and written at its width).
+    const double table = d(m.vocab) / d(plan.tp) * d(m.hidden);
+    e.first_backward_s += memory_time_s(gpu, table * (2 * ab + 2 * bytes_per_param(plan).gradients));
+  }
   // Output layer: tokens x (V/t) x h GEMM, then the loss over the vocab-parallel logits.
   const Gemm logits{"logits", static_cast<int64_t>(tokens), m.vocab / plan.tp, m.hidden};
   const double gemm_s = gemm_time_s(gpu, base, logits);
