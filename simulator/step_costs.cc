@@ -414,14 +414,12 @@ LossBytes loss_bytes_per_logit(LossKernel kernel, double logit_bytes) {
       // softmax and writes the narrowed gradient in one.
       return {(b == 4 ? 4 : b + 4) + 16, 4 + b};
     case LossKernel::kEager:
-    case LossKernel::kEagerFp32: {
-      // F.cross_entropy at width w: log_softmax reads a row for its max, again for the sum of
-      // exponentials, and once more to write it (3w + w); backward nll_loss zero-fills its
-      // gradient (w), log_softmax's backward sums it (w) and writes grad - exp(out) x sum (3w).
-      // eager-fp32 casts the logits first (logits.float()) and narrows the gradient after.
-      if (kernel == LossKernel::kEager) return {4 * b, 5 * b};
+      // F.cross_entropy at the logits' width: log_softmax reads a row for its max, again for the
+      // sum of exponentials, and once more to write it (3b + b); backward nll_loss zero-fills its
+      // gradient (b), log_softmax's backward sums it (b) and writes grad - exp(out) x sum (3b).
+      return {4 * b, 5 * b};
+    case LossKernel::kEagerFp32:  // the same at 4 bytes, after logits.float(); the gradient narrowed back
       return {widen + 16, 20 + narrow};
-    }
   }
   return {};
 }
