@@ -257,6 +257,11 @@ void training_arguments(const ModelSpec& m, const Plan& p, Args& arg) {
   }
   // --use-flash-attn is a no-op in current Megatron-LM; the backend is chosen by name.
   if (p.execution.attention == AttentionKernel::kFlash) arg("--attention-backend", "flash");
+  // The loss as priced: Megatron's fused cross-entropy, also for a plan priced with one fused
+  // pass (Parallax's defaults), whose nearest Megatron-LM has: validate_args refuses TE's
+  // --cross-entropy-fusion-impl te.
+  if (p.execution.loss == LossKernel::kMegatronFused || p.execution.loss == LossKernel::kFused)
+    arg.flag("--cross-entropy-loss-fusion");
   if (p.execution.overlap_grad_reduce) arg.flag("--overlap-grad-reduce");
   // ZeRO-3 is priced with each layer's gather prefetched beneath the previous one's compute
   // (Megatron-FSDP's --overlap-param-gather; validate_args wants --overlap-grad-reduce with it).

@@ -171,6 +171,9 @@ std::string megatron_refusal(const std::string& name, const Plan& p, const Model
     return name + ": optimizer offload with fp8_param_gather needs fp8_recipe delayed (validate_args)";
   if (p.precision == Precision::kFp8 && p.execution.fp8_recipe == Fp8Recipe::kRowwise)
     return name + " has no fp8_recipe rowwise (--fp8-recipe delayed|tensorwise|mxfp8|blockwise)";
+  if (p.execution.loss == LossKernel::kEager || p.execution.loss == LossKernel::kEagerFp32)
+    return name + " runs its vocab-parallel cross-entropy (loss megatron or megatron-fused), not PyTorch's (loss " +
+           loss_kernel_name(p.execution.loss) + ")";
   if (p.offload && p.zero != 1) return name + " offloads the optimizer only with the distributed optimizer (zero 1)";
   // Megatron-Core's TransformerConfig asserts these for --overlap-moe-expert-parallel-comm.
   if (p.execution.moe_a2a_overlap && p.ep > 1 && p.pp > 1 && p.schedule != Schedule::kInterleaved)

@@ -287,6 +287,22 @@ TEST(Megatron, GradientDtypeAsPriced) {
   EXPECT_TRUE(has(*megatron_arguments(load("llama3-8b"), p), "--accumulate-allreduce-grads-in-fp32"));
 }
 
+// The loss as priced: Megatron's fused cross-entropy for megatron-fused (and for Parallax's one
+// fused pass, the nearest Megatron-LM runs); its default unfused one for megatron; PyTorch's
+// eager loss is not Megatron's and is refused in one line.
+TEST(Megatron, LossAsPriced) {
+  Plan p = small_plan();
+  const ModelSpec m = load("llama3-8b");
+  EXPECT_TRUE(has(*megatron_arguments(m, p), "--cross-entropy-loss-fusion"));
+  p.execution.loss = LossKernel::kMegatron;
+  EXPECT_FALSE(has(*megatron_arguments(m, p), "--cross-entropy-loss-fusion"));
+  p.execution.loss = LossKernel::kMegatronFused;
+  EXPECT_TRUE(has(*megatron_arguments(m, p), "--cross-entropy-loss-fusion"));
+  p.execution.loss = LossKernel::kEagerFp32;
+  EXPECT_EQ(megatron_arguments(m, p).error(),
+            "--emit megatron: megatron runs its vocab-parallel cross-entropy (loss megatron or megatron-fused), not PyTorch's (loss eager-fp32)");
+}
+
 TEST(EvaluationJson, HasTheContractKeys) {
   const ModelSpec m = load("13b");
   Plan p = plan();
