@@ -130,7 +130,7 @@ FrameworkProfile torchtitan() {
   e.dense_embedding_grad = true;
   p.settings = {
       {"dense_embedding_grad", "true", kTorchEmbedding},
-      {"loss", "eager-fp32", std::string(kTitan) + " train.py: cross_entropy of pred.float() outside the compiled blocks (loss_parallel under TP runs the same ops on DTensors)"},
+      {"loss", "eager-fp32", std::string(kTitan) + " train.py (later components/loss.py): cross_entropy of pred.float(), never compiled (\"TODO: compiling loss function causes CUDA errors\"); loss_parallel under TP runs the same ops on DTensors"},
       {"attention", "flash", std::string(kTitan) + " torchtitan/models/llama/model.py: F.scaled_dot_product_attention(is_causal=True)"},
       {"attention_impl", "fa2", "PyTorch's SDPA flash backend is FlashAttention-2 (PyTorch 2.2 release notes)"},
       {"kernels", "eager", std::string(kTitan) + " config_manager.py: training.compile false by default; norms.py RMSNorm in fp32 ops"},
