@@ -114,6 +114,7 @@ void add_execution_flags(CLI::App& app, ExecutionFlags& f) {
   app.add_option("--moe-capacity-factor", f.moe_capacity_factor, "MoE: tokens an expert takes, x the mean (0: dropless)");
   app.add_option("--fp8-recipe", f.fp8_recipe, "FP8 scaling: delayed (default) | current | rowwise | blockwise | mxfp8");
   app.add_flag("--fp8-param-gather", f.fp8_param_gather, "FP8: weights kept and all-gathered in FP8");
+  app.add_option("--loss", f.loss, "the loss as the framework runs it: fused | megatron | megatron-fused | eager | eager-fp32");
   app.add_flag("--tp-comm-overlap", f.tp_comm_overlap, "TP collectives overlapped with GEMMs (userbuffers, async TP)");
   app.add_flag("--moe-a2a-overlap", f.moe_a2a_overlap,
                "MoE: a pass's expert all-to-alls beside another micro-batch's compute (Megatron's 1F1B A2A overlap)");
@@ -146,6 +147,11 @@ Execution execution_or_fail(const ExecutionFlags& f) {
     e.fp8_recipe = *r;
   }
   if (f.fp8_param_gather) e.fp8_param_gather = true;
+  if (!f.loss.empty()) {
+    const std::optional<LossKernel> k = parse_loss_kernel(f.loss);
+    if (!k) fail("--loss: unknown '" + f.loss + "' (expected fused|megatron|megatron-fused|eager|eager-fp32)");
+    e.loss = *k;
+  }
   if (f.tp_comm_overlap) e.tp_comm_overlap = true;
   if (f.moe_a2a_overlap) e.moe_a2a_overlap = true;
   return e;

@@ -68,7 +68,7 @@ void require_format(const std::string& format, const std::vector<std::string>& a
 // The execution flags simulate and planner share: --framework NAME (a profile, framework.h),
 // --compile (torch.compile: fused kernels), --overlap-grad-reduce, --fp32-gradients.
 struct ExecutionFlags {
-  std::string framework, cp_comm, fp8_recipe;
+  std::string framework, cp_comm, fp8_recipe, loss;
   bool compile = false, overlap_grad_reduce = false, fp32_gradients = false, fp8_param_gather = false, tp_comm_overlap = false,
        moe_a2a_overlap = false;
   std::string calibration;  // --calibration: not an execution setting, but every pricing tool takes it

@@ -215,7 +215,7 @@ int run(int argc, char** argv) {
     for (const char* flag : {"--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--micro-batch", "--global-batch", "--schedule",
                              "--virtual-stages", "--recompute", "--sequence-parallel", "--seq-len", "--precision",
                              "--offload", "--tp-across-nodes", "--overlap-grad-reduce", "--fp32-gradients", "--compile",
-                             "--cp-comm", "--moe-imbalance", "--moe-capacity-factor", "--fp8-recipe", "--fp8-param-gather",
+                             "--cp-comm", "--moe-imbalance", "--moe-capacity-factor", "--fp8-recipe", "--fp8-param-gather", "--loss",
                              "--tp-comm-overlap", "--moe-a2a-overlap"})
       if (app.count(flag)) cli::fail(std::string(flag) + " cannot be combined with --plan (edit the plan file)");
   Plan plan = o.plan_file.empty() ? plan_from_flags(o, app, m, defaults) : load_plan_or_fail(o.plan_file, o.execution.framework);

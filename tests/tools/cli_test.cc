@@ -245,6 +245,7 @@ TEST(Planner, BadInputs) {
   expect_bad_input(run("planner", "--model 13b --gpus many"), "--gpus");
   expect_bad_input(run("planner", "--model 13b --gpus 8 --format xml"), "--format: unknown 'xml'");
   expect_bad_input(run("planner", "--model 13b --gpus 8 --precision int4"), "--precision: unknown 'int4'");
+  expect_bad_input(run("planner", "--model 13b --gpus 8 --loss liger"), "--loss: unknown 'liger'");
   expect_bad_input(run("planner", "--model 13b --gpus 8 --seq-len 100000"), "exceeds max_position_embeddings");
   expect_bad_input(run("planner", "--model llama3.1-405b --gpus 1"), "no plan of model 'llama3.1-405b' fits 1 GPU(s)");
   expect_bad_input(run("planner", "--model 13b --gpus 8 --cluster dgx-h10"), "unknown cluster 'dgx-h10'");
