@@ -187,6 +187,12 @@ Status read_node(const nlohmann::json& j, const std::string& where, NodeSpec& n)
   n.latency_us = f.required_number("latency_us", /*allow_zero=*/true);
   n.nccl_sms = f.optional_int("nccl_sms", 0).value_or(0);
   n.nccl_protocols = f.optional_bool("nccl_protocols", false);
+  n.nvls_busbw_gbps = f.optional_number("nvls_busbw_gbps").value_or(0);
+  n.nvls_latency_us = f.optional_number("nvls_latency_us", /*allow_zero=*/true).value_or(0);
+  n.nvls_min_ranks = f.optional_int("nvls_min_ranks", 2).value_or(0);
+  if (f.ok() && (n.nvls_busbw_gbps > 0) != (n.nvls_min_ranks > 0))
+    f.fail(n.nvls_busbw_gbps > 0 ? "nvls_min_ranks" : "nvls_busbw_gbps", "NVLS needs both nvls_busbw_gbps and nvls_min_ranks");
+  if (f.ok() && n.nvls_min_ranks > n.gpus) f.fail("nvls_min_ranks", "must be <= gpus");
   require_source(f);
   f.reject_unknown_keys({"source"});
   if (!f.ok()) return Error{f.error()};

@@ -88,6 +88,12 @@ struct NodeSpec {
   // Rings priced as NCCL's tuner prices its three protocols (collective_cost.h), the fastest
   // chosen per message; off: one protocol at busbw with latency_us per step.
   bool nccl_protocols = false;
+  // NVLink SHARP (NVSwitch multicast): NCCL's NVLS all-reduce inside a node, for groups of at least
+  // nvls_min_ranks GPUs. nvls_busbw_gbps is nccl-tests' busbw over all the node's GPUs; the
+  // algorithm's algbw (busbw x gpus / 2(gpus - 1)) holds for fewer (measured on H200: 259-270 GB/s
+  // from 5 to 8 GPUs). nvls_latency_us is the fixed part of its time. 0: no NVLS.
+  double nvls_busbw_gbps = 0, nvls_latency_us = 0;
+  int64_t nvls_min_ranks = 0;
 };
 
 struct NetworkSpec {

@@ -28,6 +28,12 @@ LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g) {
     link.busbw_Bps = eff * c.node.busbw_gbps * 1e9;
     link.latency_s = c.node.latency_us * 1e-6;
     link.sms = c.node.nccl_sms;
+    if (c.node.nvls_busbw_gbps > 0 && g.size >= c.node.nvls_min_ranks && c.node.gpus > 1) {
+      // nccl-tests' busbw is algbw x 2(n - 1)/n; NVLS's algbw does not fall with fewer ranks.
+      const double n = static_cast<double>(c.node.gpus);
+      link.nvls_algbw_Bps = eff * c.node.nvls_busbw_gbps * 1e9 * n / (2 * (n - 1));
+      link.nvls_latency_s = c.node.nvls_latency_us * 1e-6;
+    }
     return link;
   }
   double bw = std::min(c.node.busbw_gbps, static_cast<double>(g.ranks_per_node) * c.network.bw_per_gpu_gbps);
@@ -80,7 +86,9 @@ double collective_time_s(Collective op, double bytes, int64_t n, const LinkTier&
                                                     (link.nodes > 1 ? link.intra_latency_s : link.latency_s) +
                                                 per_rank / link.busbw_Bps;
   if (op != Collective::kAllReduce) return ring;
-  return std::min(ring, tree_allreduce_time_s(bytes, n, link));
+  const double nvls = link.nvls_algbw_Bps > 0 ? link.nvls_latency_s + bytes / link.nvls_algbw_Bps
+                                              : std::numeric_limits<double>::infinity();
+  return std::min({ring, tree_allreduce_time_s(bytes, n, link), nvls});
 }
 
 double tree_allreduce_time_s(double bytes, int64_t n, const LinkTier& link) {

@@ -34,6 +34,7 @@ struct LinkTier {
   int64_t sms = 0;  // SMs a collective on this link holds on each GPU (cluster nccl_sms)
   double intra_busbw_Bps = 0;  // NVLink inside a node, for the part of an all-to-all that stays there
   bool nccl_protocols = false;  // rings as NCCL's LL, LL128 and Simple (the cluster node's flag)
+  double nvls_algbw_Bps = 0, nvls_latency_s = 0;  // NVLS all-reduce in this group; 0: not available
 };
 LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g);
 
@@ -53,6 +54,14 @@ LinkTier group_link(const ClusterSpec& c, const GroupPlacement& g);
 // (LL's flags halve its payload; LL128 carries 120 of 128 bytes). Small messages take LL, mid
 // sizes LL128, large ones Simple: an 8-GPU all-reduce reaches half its busbw near 16 MiB, not the
 // 4 MiB one protocol at NVLink's latency gives.
+//
+// A group inside one node of at least the node's `nvls_min_ranks` GPUs may also all-reduce with
+// NVLS (NVSwitch multicast): nvls_latency_us + S / algbw. NCCL's tuner credits NVLS with 25 us,
+// but measured NVLS steps ramp slowly: on 8 H100s (DGX Cloud's nccl-tests sample) the time less
+// S at the 8 GiB algbw is 63 us at 16 MiB, 80 at 64 MiB, 134 at 256 MiB and 115 at 1 GiB, so the
+// bundled Hoppers state 134 us. With it NVLS wins from 69 MiB and prices that curve within 3% from
+// 256 MiB to 8 GiB (+6% at 128 MiB), where the ring alone at 370 GB/s is 19-30% slow; below, the
+// ring (+9% at 16 MiB, +15% at 64 MiB) stays.
 double collective_time_s(Collective op, double bytes, int64_t n, const LinkTier& link);
 double tree_allreduce_time_s(double bytes, int64_t n, const LinkTier& link);
 

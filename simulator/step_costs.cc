@@ -329,8 +329,9 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const double core_s = gt.core_s;
   const LayerExchange x = layer_exchange(m, c, plan, gt);
 
-  // Two all-reduces forward and two backward (with SP: all-gather + reduce-scatter pairs that
-  // move the same bytes in the same time, or fewer where FP8 gathers): one around the attention,
+  // Two all-reduces forward and two backward (with SP: all-gather + reduce-scatter pairs, two NCCL
+  // calls that move the same bytes, or fewer where FP8 gathers, and as rings: NVLS serves only
+  // all-reduce): one around the attention,
   // one around the MLP — whose buffer holds every routed copy of a token in an MoE layer (top-k x),
   // over the expert TP ranks (etp consecutive ranks, with etp / tp of the tokens).
   const double tp_msg = boundary_tensor_bytes(m, plan);
@@ -339,7 +340,10 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   LinkTier link = group_link(c, plan, GroupKind::kTp), mlp_link = group_link(c, place_group(mlp_ranks, 1, c.node.gpus));
   // Overlapped with the GEMMs (userbuffers, async TP), the calibrated share stays exposed. Neither
   // goes through NCCL (userbuffers and symmetric memory copy over NVLink themselves): no protocols.
-  if (plan.execution.tp_comm_overlap) link.nccl_protocols = mlp_link.nccl_protocols = false;
+  if (plan.execution.tp_comm_overlap) {
+    link.nccl_protocols = mlp_link.nccl_protocols = false;
+    link.nvls_algbw_Bps = mlp_link.nvls_algbw_Bps = 0;
+  }
   const double exposed = plan.execution.tp_comm_overlap
                              ? c.calibration.value(CalParam::kTpOverlapExposed, framework_family(plan.execution.framework))
                              : 1.0;
@@ -351,7 +355,8 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
                       collective_time_s(op, share * mlp_msg, mlp_ranks, mlp_link));
   };
   const double ag_pair_s = plan.sequence_parallel ? pair_s(Collective::kAllGather, gathered) : 0.0;  // SP's gathers
-  const double ar_pair_s = gathered < 1 ? ag_pair_s + pair_s(Collective::kReduceScatter, 1.0) : pair_s(Collective::kAllReduce, 1.0);
+  const double ar_pair_s = plan.sequence_parallel ? ag_pair_s + pair_s(Collective::kReduceScatter, 1.0)
+                                                  : pair_s(Collective::kAllReduce, 1.0);
 
   LayerTiming t;
   t.forward_s = gt.fwd_s + core_s + elementwise_s + fp8_fwd_s + ar_pair_s + x.cp_forward_s + x.ep_forward_s;

@@ -86,6 +86,24 @@ TEST(LayerTiming, Fp8SequenceParallelGathersOneByteAnElement) {
   EXPECT_NEAR(rowwise.tp_bytes, 7864320.0, 1e-6);
 }
 
+// TP 8 inside a node that runs NVLS (160 GB/s busbw over 8 GPUs, 10 us, from 5 ranks) on the round
+// cluster's 100 GB/s, 1 us rings; S = 1,572,864 B. An all-reduce: ring 14 us + 1.75 S / 100 GB/s =
+// 41.52512 us, tree 14 us + 2 S / 100 GB/s = 45.45728 us, NVLS 10 us + S / (160 x 8/14 GB/s) =
+// 27.2032 us: two per pass, 54.4064 us. With SP the same bytes go as an all-gather and a
+// reduce-scatter, rings both (NVLS serves only all-reduce): 7 us + 0.875 S / 100 GB/s = 20.76256 us
+// each, four per pass, 83.05024 us.
+TEST(LayerTiming, NvlsServesTensorParallelAllReducesNotSpPairs) {
+  const ModelSpec m = load("gpt2");
+  ClusterSpec c = round();
+  c.node.nvls_busbw_gbps = 160;
+  c.node.nvls_latency_us = 10;
+  c.node.nvls_min_ranks = 5;
+  Plan p = gpt2_plan(8);
+  EXPECT_NEAR(layer_timing(m, c, p).tp_forward_s, 54.4064e-6, 1e-15);
+  p.sequence_parallel = true;
+  EXPECT_NEAR(layer_timing(m, c, p).tp_forward_s, 83.05024e-6, 1e-15);
+}
+
 StageTimes uniform(double f, double b, double w) { return {f, b, w}; }
 
 // VALIDATION.md section 3: uniform stages, GPipe and 1F1B take (m + p - 1) T, a bubble of

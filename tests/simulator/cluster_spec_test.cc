@@ -23,7 +23,8 @@ TEST(ClusterSpec, BundledClustersLoad) {
 // DGX B200 (clusters/dgx-b200.json): the datasheet peaks per GPU, dense. NVIDIA's HGX B200 table:
 // BF16 4.5 PFLOP/s sparse = 2,250 TFLOP/s dense, FP8 9 sparse = 4,500 dense, FP32 75; HBM3e
 // 183,359 MiB = 179.06 GiB visible at 8 TB/s (64 TB/s / 8); one 400 Gb/s ConnectX-7 per GPU =
-// 50 GB/s; NVLink 5 at 900 GB/s a direction x 0.82 (H100's ring busbw share, 370 / 450) = 740.
+// 50 GB/s; NVLink 5: nccl-tests over 8 B200 (NCCL 2.27.7) measured 682.2 GB/s busbw for a ring
+// all-reduce with NVLS off and 838.0 with NVLS, chosen from 6 GPUs.
 TEST(ClusterSpec, DgxB200) {
   Result<ClusterSpec> c = load_cluster("dgx-b200");
   ASSERT_TRUE(c.ok()) << c.error();
@@ -37,7 +38,24 @@ TEST(ClusterSpec, DgxB200) {
   EXPECT_EQ(c->gpu.sm_count, 148);
   EXPECT_EQ(c->gpu.power_class, "b200-sxm-1000w");
   EXPECT_DOUBLE_EQ(c->network.bw_per_gpu_gbps, 50);
-  EXPECT_DOUBLE_EQ(c->node.busbw_gbps, 740);
+  EXPECT_DOUBLE_EQ(c->node.busbw_gbps, 682);
+  EXPECT_DOUBLE_EQ(c->node.nvls_busbw_gbps, 838);
+  EXPECT_EQ(c->node.nvls_min_ranks, 6);
+}
+
+// NVLink's ring collectives and NVLS all-reduce as measured: 8 H200 run rings at 365 GB/s (all-gather
+// 361.4, reduce-scatter 362.9, all-reduce with NVLS off 365.6), the H100's 370; NVLS all-reduce 480
+// on both, 134 us fixed. A100s (NVSwitch 2) have no NVLS.
+TEST(ClusterSpec, NvlinkRingAndNvls) {
+  const ClusterSpec h200 = load_cluster("hgx-h200").value(), h100 = load_cluster("dgx-h100").value();
+  EXPECT_DOUBLE_EQ(h200.node.busbw_gbps, 365);
+  EXPECT_DOUBLE_EQ(h100.node.busbw_gbps, 370);
+  for (const ClusterSpec* c : {&h200, &h100}) {
+    EXPECT_DOUBLE_EQ(c->node.nvls_busbw_gbps, 480);
+    EXPECT_DOUBLE_EQ(c->node.nvls_latency_us, 134);
+    EXPECT_EQ(c->node.nvls_min_ranks, 5);
+  }
+  EXPECT_DOUBLE_EQ(load_cluster("dgx-a100").value().node.nvls_busbw_gbps, 0);
 }
 
 TEST(ClusterSpec, RoundTestCluster) {
@@ -56,6 +74,13 @@ TEST(ClusterSpec, ErrorsNameSectionAndKey) {
   };
   EXPECT_EQ(error_after([](nlohmann::json& j) { j["gpu"].erase("hbm_gbps"); }),
             "c.json: gpu: key 'hbm_gbps': missing required key");
+  EXPECT_EQ(error_after([](nlohmann::json& j) { j["node"]["nvls_busbw_gbps"] = 480; }),
+            "c.json: node: key 'nvls_min_ranks': NVLS needs both nvls_busbw_gbps and nvls_min_ranks");
+  EXPECT_EQ(error_after([](nlohmann::json& j) {
+              j["node"]["nvls_busbw_gbps"] = 480;
+              j["node"]["nvls_min_ranks"] = 9;
+            }),
+            "c.json: node: key 'nvls_min_ranks': must be <= gpus");
   EXPECT_EQ(error_after([](nlohmann::json& j) { j["network"]["bw_per_gpu_gbs"] = 50; }),
             "c.json: network: key 'bw_per_gpu_gbs': is not a key of this section (misspelt?)");
   EXPECT_EQ(error_after([](nlohmann::json& j) { j["nodes"] = 4; }),

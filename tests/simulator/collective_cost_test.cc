@@ -67,6 +67,33 @@ TEST(Collectives, NcclProtocolsPerMessageSize) {
   EXPECT_NEAR(collective_time_s(Collective::kAllGather, 1e9, 8, group_link(c, place_group(8, 4, 8))), 0.043874, 1e-12);
 }
 
+// NVLS all-reduce on the round cluster given 160 GB/s NVLS busbw over its 8 GPUs, 100 us fixed,
+// from 5 ranks: algbw = 160 x 8 / 14 = 91.428571 GB/s whatever the group's size.
+//   8 ranks, 1 GB: NVLS 100 us + 1e9 / 91.428571e9 s = 11.0375 ms; the ring (Simple) 17.556 ms.
+//   8 ranks, 1 MB: NVLS 110.9375 us, the ring's LL 10.8 + 1.75e6 / 50e9 s = 45.8 us; the tree's
+//   2 x 7 x 1 us + 2e6 / 100e9 s = 34 us wins.
+//   5 ranks, 1 GB: NVLS 11.0375 ms again (the ring: 8.4 + 8 x 3.4 us + 1.6e9 / 100e9 s = 16.0356 ms).
+//   4 ranks: no NVLS (the ring, 8.4 + 6 x 3.4 us + 1.5e9 / 100e9 s = 15.0288 ms). Across nodes,
+//   within one node but for reduce-scatter, or with TP overlap's userbuffers: never.
+TEST(Collectives, NvlsAllReduceInsideANode) {
+  ClusterSpec c = round();
+  c.node.nccl_protocols = true;
+  c.node.nvls_busbw_gbps = 160;
+  c.node.nvls_latency_us = 100;
+  c.node.nvls_min_ranks = 5;
+  const LinkTier eight = group_link(c, place_group(8, 1, 8));
+  EXPECT_NEAR(eight.nvls_algbw_Bps, 160e9 * 8 / 14, 1e-3);
+  EXPECT_NEAR(collective_time_s(Collective::kAllReduce, 1e9, 8, eight), 100e-6 + 1e9 / (160e9 * 8 / 14), 1e-12);
+  EXPECT_NEAR(collective_time_s(Collective::kAllReduce, 1e9, 8, eight), 0.0110375, 1e-9);
+  EXPECT_NEAR(collective_time_s(Collective::kAllReduce, 1e6, 8, eight), 34e-6, 1e-12);
+  EXPECT_NEAR(collective_time_s(Collective::kReduceScatter, 1e9, 8, eight), 0.0087822, 1e-12);
+  EXPECT_NEAR(collective_time_s(Collective::kAllReduce, 1e9, 5, group_link(c, place_group(5, 1, 8))), 0.0110375, 1e-9);
+  const LinkTier four = group_link(c, place_group(4, 1, 8));
+  EXPECT_DOUBLE_EQ(four.nvls_algbw_Bps, 0);
+  EXPECT_NEAR(collective_time_s(Collective::kAllReduce, 1e9, 4, four), 0.0150288, 1e-12);
+  EXPECT_DOUBLE_EQ(group_link(c, place_group(16, 1, 8)).nvls_algbw_Bps, 0);
+}
+
 TEST(Collectives, RingAlphaBeta) {
   const LinkTier link = group_link(round(), place_group(8, 1, 8));
   EXPECT_NEAR(collective_time_s(Collective::kAllReduce, 1e9, 8, link), 0.017514, 1e-12);
