@@ -80,6 +80,11 @@ const char* moe_dispatcher_name(MoeDispatcher d) { return enum_name(d, kDispatch
 std::optional<MoeDispatcher> parse_moe_dispatcher(const std::string& s) { return parse_enum(s, kDispatchers); }
 const char* loss_kernel_name(LossKernel k) { return enum_name(k, kLossKernels); }
 std::optional<LossKernel> parse_loss_kernel(const std::string& s) { return parse_enum(s, kLossKernels); }
+std::optional<std::string> parse_attention_impl(const std::string& s) {
+  if (s == "parallax" || s.empty()) return std::string();
+  if (s == "fa2" || s == "fa3" || s == "cudnn") return s;
+  return std::nullopt;
+}
 std::optional<Schedule> parse_schedule(const std::string& s) { return parse_enum(s, kSchedules); }
 std::optional<Recompute> parse_recompute(const std::string& s) { return parse_enum(s, kRecomputes); }
 std::optional<Precision> parse_precision(const std::string& s) { return parse_enum(s, kPrecisions); }
@@ -373,9 +378,10 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   if (f.has("attention"))
     e.attention = read_enum(f, "attention", parse_kernel, "flash|materialized", e.attention);
   if (f.has("attention_impl")) {
-    e.attention_impl = f.required_string("attention_impl");
-    if (f.ok() && !e.attention_impl.empty() && e.attention_impl != "fa2" && e.attention_impl != "fa3" && e.attention_impl != "cudnn")
-      f.fail("attention_impl", "unknown '" + e.attention_impl + "' (expected fa2|fa3|cudnn)");
+    const std::string name = f.required_string("attention_impl");
+    const std::optional<std::string> impl = parse_attention_impl(name);
+    if (f.ok() && !impl) f.fail("attention_impl", "unknown '" + name + "' (expected " + kAttentionImpls + ")");
+    e.attention_impl = impl.value_or("");
   }
   if (f.has("kernels")) e.kernels = read_enum(f, "kernels", parse_fusion, "fused|eager", e.kernels);
   if (f.has("selective"))

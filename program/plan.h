@@ -214,6 +214,10 @@ const char* moe_dispatcher_name(MoeDispatcher d);
 std::optional<MoeDispatcher> parse_moe_dispatcher(const std::string& s);
 const char* loss_kernel_name(LossKernel k);
 std::optional<LossKernel> parse_loss_kernel(const std::string& s);
+// execution.attention_impl by name: fa2, fa3, cudnn, or parallax (Parallax's runtime, stored as
+// ""); kAttentionImpls lists them for errors and help.
+constexpr const char* kAttentionImpls = "fa2|fa3|cudnn|parallax";
+std::optional<std::string> parse_attention_impl(const std::string& s);
 
 // Constraints a plan can break. Codes let the search count rejections without building strings.
 // The most micro-batches per step a plan may have: the simulator runs every one of them.

@@ -114,14 +114,19 @@ double interpolate_log2(const std::vector<double>& x, const std::vector<double>&
 }
 }  // namespace
 
-AttentionTimes attention_times(const GpuSpec& gpu, Precision p, const std::string& kernel, int64_t head_dim,
-                               int64_t seq_len, double forward_flops) {
+const AttentionCurve* attention_curve(const GpuSpec& gpu, const std::string& kernel, int64_t head_dim) {
   const AttentionCurve* best = nullptr;
   for (const AttentionCurve& c : gpu.attention) {
     if (c.kernel != kernel) continue;
     const double off = std::abs(std::log2(double(c.head_dim) / double(head_dim)));
     if (!best || off < std::abs(std::log2(double(best->head_dim) / double(head_dim)))) best = &c;
   }
+  return best;
+}
+
+AttentionTimes attention_times(const GpuSpec& gpu, Precision p, const std::string& kernel, int64_t head_dim,
+                               int64_t seq_len, double forward_flops) {
+  const AttentionCurve* best = attention_curve(gpu, kernel, head_dim);
   if (!best) {
     const double fwd = flash_attention_time_s(gpu, p, forward_flops);
     return {fwd, 2.5 * fwd, false};

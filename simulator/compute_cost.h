@@ -42,6 +42,9 @@ struct AttentionTimes {
 };
 AttentionTimes attention_times(const GpuSpec& gpu, Precision p, const std::string& kernel, int64_t head_dim,
                                int64_t seq_len, double forward_flops);
+// The curve attention_times prices `kernel` at `head_dim` by (the nearest head dimension of that
+// kernel's curves), or null where the GPU has none for it.
+const AttentionCurve* attention_curve(const GpuSpec& gpu, const std::string& kernel, int64_t head_dim);
 // A memory-bound kernel that reads and writes `bytes` in all.
 double memory_time_s(const GpuSpec& gpu, double bytes);
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "program/framework.h"
+#include "simulator/compute_cost.h"
 #include "simulator/step_costs.h"
 
 namespace parallax::cli {
@@ -115,6 +116,8 @@ void add_execution_flags(CLI::App& app, ExecutionFlags& f) {
   app.add_option("--fp8-recipe", f.fp8_recipe, "FP8 scaling: delayed (default) | current | rowwise | blockwise | mxfp8");
   app.add_flag("--fp8-param-gather", f.fp8_param_gather, "FP8: weights kept and all-gathered in FP8");
   app.add_option("--loss", f.loss, "the loss as the framework runs it: fused | megatron | megatron-fused | eager | eager-fp32");
+  app.add_option("--attention-impl", f.attention_impl,
+                 std::string("the fused attention kernel whose measured curve prices it: ") + kAttentionImpls);
   app.add_flag("--tp-comm-overlap", f.tp_comm_overlap, "TP collectives overlapped with GEMMs (userbuffers, async TP)");
   app.add_flag("--moe-a2a-overlap", f.moe_a2a_overlap,
                "MoE: a pass's expert all-to-alls beside another micro-batch's compute (Megatron's 1F1B A2A overlap)");
@@ -152,6 +155,11 @@ Execution execution_or_fail(const ExecutionFlags& f) {
     if (!k) fail("--loss: unknown '" + f.loss + "' (expected fused|megatron|megatron-fused|eager|eager-fp32)");
     e.loss = *k;
   }
+  if (!f.attention_impl.empty()) {
+    const std::optional<std::string> impl = parse_attention_impl(f.attention_impl);
+    if (!impl) fail("--attention-impl: unknown '" + f.attention_impl + "' (expected " + kAttentionImpls + ")");
+    e.attention_impl = *impl;
+  }
   if (f.tp_comm_overlap) e.tp_comm_overlap = true;
   if (f.moe_a2a_overlap) e.moe_a2a_overlap = true;
   return e;
@@ -185,6 +193,27 @@ nlohmann::json moe_routing_json(const ModelSpec& m, const Plan& p) {
   if (!m.is_moe()) return nullptr;
   return {{"busiest_expert", busiest_expert(m, p)}, {"busiest_ep_rank", expert_load(m, p)},
           {"default", p.execution.moe_imbalance == 0}};
+}
+
+nlohmann::json attention_json(const ModelSpec& m, const ClusterSpec& c, const Execution& e) {
+  if (e.attention != AttentionKernel::kFlash) return nullptr;
+  const std::string kernel = e.attention_impl.empty() ? "parallax" : e.attention_impl;
+  const AttentionCurve* curve = attention_curve(c.gpu, kernel, m.head_dim);
+  return {{"kernel", kernel}, {"measured_curve", curve != nullptr},
+          {"curve_head_dim", curve ? nlohmann::json(curve->head_dim) : nlohmann::json(nullptr)},
+          {"flash_attention_efficiency", curve ? nlohmann::json(nullptr) : nlohmann::json(c.gpu.flash_attention_efficiency)}};
+}
+
+std::string attention_line(const ModelSpec& m, const ClusterSpec& c, const Execution& e) {
+  const nlohmann::json j = attention_json(m, c, e);
+  if (j.is_null()) return "";
+  const std::string head = "attention kernel " + j["kernel"].get<std::string>() + ": ";
+  if (!j["measured_curve"].get<bool>())
+    return head + "no measured curve on " + c.gpu.name + ", priced at its flash_attention_efficiency " +
+           fixed(c.gpu.flash_attention_efficiency, 2) + " of peak (an estimate)";
+  const int64_t dim = j["curve_head_dim"].get<int64_t>();
+  return head + "measured curve, head dimension " + std::to_string(dim) +
+         (dim != m.head_dim ? " (the nearest to the model's " + std::to_string(m.head_dim) + ")" : "");
 }
 
 std::string unpriced_line(const ModelSpec& m) {

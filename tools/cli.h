@@ -68,7 +68,7 @@ void require_format(const std::string& format, const std::vector<std::string>& a
 // The execution flags simulate and planner share: --framework NAME (a profile, framework.h),
 // --compile (torch.compile: fused kernels), --overlap-grad-reduce, --fp32-gradients.
 struct ExecutionFlags {
-  std::string framework, cp_comm, fp8_recipe, loss;
+  std::string framework, cp_comm, fp8_recipe, loss, attention_impl;
   bool compile = false, overlap_grad_reduce = false, fp32_gradients = false, fp8_param_gather = false, tp_comm_overlap = false,
        moe_a2a_overlap = false;
   std::string calibration;  // --calibration: not an execution setting, but every pricing tool takes it
@@ -85,6 +85,11 @@ std::string moe_routing_line(const ModelSpec& m, const Plan& p);
 nlohmann::json moe_routing_json(const ModelSpec& m, const Plan& p);
 // "model details not priced: ..." for a model with any (ModelSpec::unpriced), else "".
 std::string unpriced_line(const ModelSpec& m);
+// Which measured curve prices fused attention (kernel, the curve's head dimension), or that the
+// GPU has none for the kernel and its flash_attention_efficiency stands in ("" / null when the
+// plan materializes attention).
+std::string attention_line(const ModelSpec& m, const ClusterSpec& c, const Execution& e);
+nlohmann::json attention_json(const ModelSpec& m, const ClusterSpec& c, const Execution& e);
 // {"name", "description", "settings": [{key, value, source}]} of the plan's profile, or null.
 nlohmann::json framework_json(const Execution& e);
 

@@ -200,6 +200,7 @@ void print_json(const Options& o, const ModelSpec& m, const ClusterSpec& c, cons
   j["defaults"] = defaults;
   j["framework"] = cli::framework_json(so.execution);
   j["model_unpriced"] = m.unpriced;
+  j["attention_kernel"] = cli::attention_json(m, c, so.execution);
   j["calibration"] = c.calibration.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.calibration.name);
   j["configurations_considered"] = r.considered;
   j["configurations_evaluated"] = r.evaluated;
@@ -267,6 +268,7 @@ void print(const Options& o, const ModelSpec& m, const ClusterSpec& c, const Sea
     routing.execution = so.execution;
     std::cout << "\n" << cli::moe_routing_line(m, routing);
   }
+  if (const std::string a = cli::attention_line(m, c, so.execution); !a.empty()) std::cout << "\n" << a;
   if (!m.unpriced.empty()) std::cout << "\n" << cli::unpriced_line(m);
   // MFU depends on how attention is counted; name it (the JSON's hfu is what the kernels execute).
   std::cout << "\nMFU% by model FLOPs, " << kModelFlopsConvention << " (hardware FLOPs as executed: hfu in --format json)";

@@ -123,6 +123,7 @@ void print_table(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const 
             << ", seq_len " << p.seq_len << ", global batch " << p.global_batch << ", " << precision_name(p.precision)
             << "\n" << cli::describe_execution(p.execution) << "\n";
   if (m.is_moe()) std::cout << cli::moe_routing_line(m, p) << "\n";
+  if (const std::string a = cli::attention_line(m, c, p.execution); !a.empty()) std::cout << a << "\n";
   if (!m.unpriced.empty()) std::cout << cli::unpriced_line(m) << "\n";
   if (!defaults.empty()) std::cout << "defaults chosen: " << defaults.dump() << "\n";
   std::cout << "engine: " << (engine == "event" ? "discrete-event simulation" : "analytical model") << "\n";
@@ -215,7 +216,7 @@ int run(int argc, char** argv) {
     for (const char* flag : {"--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--micro-batch", "--global-batch", "--schedule",
                              "--virtual-stages", "--recompute", "--sequence-parallel", "--seq-len", "--precision",
                              "--offload", "--tp-across-nodes", "--overlap-grad-reduce", "--fp32-gradients", "--compile",
-                             "--cp-comm", "--moe-imbalance", "--moe-capacity-factor", "--fp8-recipe", "--fp8-param-gather", "--loss",
+                             "--cp-comm", "--moe-imbalance", "--moe-capacity-factor", "--fp8-recipe", "--fp8-param-gather", "--loss", "--attention-impl",
                              "--tp-comm-overlap", "--moe-a2a-overlap"})
       if (app.count(flag)) cli::fail(std::string(flag) + " cannot be combined with --plan (edit the plan file)");
   Plan plan = o.plan_file.empty() ? plan_from_flags(o, app, m, defaults) : load_plan_or_fail(o.plan_file, o.execution.framework);
@@ -254,6 +255,7 @@ int run(int argc, char** argv) {
     j["framework"] = cli::framework_json(plan.execution);
     j["model_unpriced"] = m.unpriced;
     j["moe_routing"] = cli::moe_routing_json(m, plan);
+    j["attention_kernel"] = cli::attention_json(m, c, plan.execution);
     j["calibration"] = c.calibration.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.calibration.name);
     j["band"] = cli::band_json(c, m, plan, e.step_time_s, e.mfu);
     if (!stages.is_null()) j["stages"] = stages;

@@ -246,6 +246,8 @@ TEST(Planner, BadInputs) {
   expect_bad_input(run("planner", "--model 13b --gpus 8 --format xml"), "--format: unknown 'xml'");
   expect_bad_input(run("planner", "--model 13b --gpus 8 --precision int4"), "--precision: unknown 'int4'");
   expect_bad_input(run("planner", "--model 13b --gpus 8 --loss liger"), "--loss: unknown 'liger'");
+  expect_bad_input(run("planner", "--model 13b --gpus 8 --attention-impl fa4"),
+                   "--attention-impl: unknown 'fa4' (expected fa2|fa3|cudnn|parallax)");
   expect_bad_input(run("planner", "--model 13b --gpus 8 --seq-len 100000"), "exceeds max_position_embeddings");
   expect_bad_input(run("planner", "--model llama3.1-405b --gpus 1"), "no plan of model 'llama3.1-405b' fits 1 GPU(s)");
   expect_bad_input(run("planner", "--model 13b --gpus 8 --cluster dgx-h10"), "unknown cluster 'dgx-h10'");
@@ -306,6 +308,33 @@ TEST(Simulate, ShowsTheMoeRouting) {
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_NE(table.out.find("MoE routing: busiest expert 1.00x the mean (moe_imbalance), busiest EP rank 1.00x\n"),
             std::string::npos);
+}
+
+// Which measured attention curve priced the plan, or that none did: Megatron's cuDNN kernel has an
+// H100 curve at head dimension 128 (Llama 3 8B's); FlashAttention-3 has none on an A100, whose
+// flash_attention_efficiency then stands in; Parallax's own kernel is measured only on the H200.
+TEST(Simulate, NamesTheAttentionCurve) {
+  const std::string plan = "--model llama3-8b --tp 1 --pp 1 --dp 8 --zero 1 --micro-batch 1";
+  ToolRun cudnn = run("simulate", plan + " --framework megatron");
+  ASSERT_EQ(cudnn.code, 0) << cudnn.err;
+  EXPECT_NE(cudnn.out.find("\nattention kernel cudnn: measured curve, head dimension 128\n"), std::string::npos) << cudnn.out;
+  ToolRun fa3 = run("simulate", plan + " --cluster dgx-a100 --attention-impl fa3 --format json");
+  ASSERT_EQ(fa3.code, 0) << fa3.err;
+  const nlohmann::json a = nlohmann::json::parse(fa3.out)["attention_kernel"];
+  EXPECT_EQ(a["kernel"], "fa3");
+  EXPECT_FALSE(a["measured_curve"].get<bool>());
+  EXPECT_TRUE(a["curve_head_dim"].is_null());
+  ToolRun fa3_table = run("simulate", plan + " --cluster dgx-a100 --attention-impl fa3");
+  EXPECT_NE(fa3_table.out.find("attention kernel fa3: no measured curve on A100 SXM4 80GB, priced at its "
+                               "flash_attention_efficiency"),
+            std::string::npos)
+      << fa3_table.out;
+  ToolRun own = run("simulate", plan + " --cluster hgx-h200-measured --attention-impl parallax --format json");
+  EXPECT_TRUE(nlohmann::json::parse(own.out)["attention_kernel"]["measured_curve"].get<bool>());
+  // Choosing the kernel changes the price: FA2 is slower than cuDNN on an H100.
+  ToolRun fa2 = run("simulate", plan + " --framework megatron --attention-impl fa2 --format json");
+  ToolRun dnn = run("simulate", plan + " --framework megatron --format json");
+  EXPECT_GT(nlohmann::json::parse(fa2.out)["step_time_s"].get<double>(), nlohmann::json::parse(dnn.out)["step_time_s"].get<double>());
 }
 
 TEST(Simulate, FlagsAndDefaults) {
