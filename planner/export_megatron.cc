@@ -255,8 +255,12 @@ void training_arguments(const ModelSpec& m, const Plan& p, Args& arg) {
     arg("--recompute-method", "uniform");
     arg("--recompute-num-layers", 1);
   }
-  // --use-flash-attn is a no-op in current Megatron-LM; the backend is chosen by name.
-  if (p.execution.attention == AttentionKernel::kFlash) arg("--attention-backend", "flash");
+  // The attention kernel as priced (--use-flash-attn is a no-op in current Megatron-LM; the backend
+  // is chosen by name, megatron/core/transformer/enums.py AttnBackend): cuDNN's is Transformer
+  // Engine's FusedAttention, "fused"; FlashAttention-2/3 (and Parallax's own kernel, the nearest)
+  // TE's "flash"; materialized scores "unfused".
+  if (p.execution.attention == AttentionKernel::kMaterialized) arg("--attention-backend", "unfused");
+  else arg("--attention-backend", p.execution.attention_impl == "cudnn" ? "fused" : "flash");
   // The loss as priced: Megatron's fused cross-entropy, also for a plan priced with one fused
   // pass (Parallax's defaults), whose nearest Megatron-LM has: validate_args refuses TE's
   // --cross-entropy-fusion-impl te.

@@ -39,6 +39,11 @@ TEST(Megatron, UpstreamSpellings) {
   EXPECT_EQ(std::count(args->begin(), args->end(), '\n'), 1);  // one line: $(...) gives exactly the arguments
   EXPECT_TRUE(has(*args, "--attention-backend flash"));
   EXPECT_TRUE(has(*args, "--grad-reduce-in-bf16"));  // priced with 2-byte gradients
+  // The attention kernel as priced: cuDNN (Megatron's profile) is TE's fused backend.
+  full.execution.attention_impl = "cudnn";
+  EXPECT_TRUE(has(*megatron_arguments(load("llama2-70b"), full), "--attention-backend fused"));
+  full.execution.attention = AttentionKernel::kMaterialized;
+  EXPECT_TRUE(has(*megatron_arguments(load("llama2-70b"), full), "--attention-backend unfused"));
 }
 
 TEST(Megatron, UnevenStages) {
