@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "simulator/compute_cost.h"
 #include "test_cluster.h"
 
 namespace parallax {
@@ -41,6 +42,23 @@ TEST(ClusterSpec, DgxB200) {
   EXPECT_DOUBLE_EQ(c->node.busbw_gbps, 682);
   EXPECT_DOUBLE_EQ(c->node.nvls_busbw_gbps, 838);
   EXPECT_EQ(c->node.nvls_min_ranks, 6);
+}
+
+// B200 attention as NVIDIA's cudnn-frontend benchmark measured it (causal, 128 query / 8 KV heads of
+// 128, batch 1): 8,192 tokens carry 4 x 8192^2 x 128 x 128 / 2 = 2.19902e12 forward FLOPs (the masked
+// half not counted); cuDNN took 1.877 ms forward and 5.833 ms backward (2.5 x the FLOPs), PyTorch's
+// FlashAttention-2 5.889 and 18.395 ms. The curves give them back (no calibration: sustained 1).
+TEST(ClusterSpec, DgxB200AttentionAsMeasured) {
+  const ClusterSpec c = load_cluster("dgx-b200").value();
+  const double flops = 4.0 * 8192 * 8192 * 128 * 128 / 2;
+  const AttentionTimes cudnn = attention_times(c.gpu, Precision::kBf16, "cudnn", 128, 8192, flops);
+  ASSERT_TRUE(cudnn.measured);
+  EXPECT_NEAR(cudnn.forward_s, 1.877e-3, 1e-6);
+  EXPECT_NEAR(cudnn.backward_s, 5.833e-3, 1e-6);
+  const AttentionTimes fa2 = attention_times(c.gpu, Precision::kBf16, "fa2", 128, 8192, flops);
+  EXPECT_NEAR(fa2.forward_s, 5.889e-3, 1e-6);
+  EXPECT_NEAR(fa2.backward_s, 18.395e-3, 2e-6);
+  EXPECT_FALSE(attention_times(c.gpu, Precision::kBf16, "fa3", 128, 8192, flops).measured);
 }
 
 // NVLink's ring collectives and NVLS all-reduce as measured: 8 H200 run rings at 365 GB/s (all-gather
