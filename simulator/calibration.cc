@@ -11,10 +11,11 @@ namespace parallax {
 const std::vector<CalParamDef>& calibration_params() {
   static const std::vector<CalParamDef> defs = {
       {CalParam::kSustainedTensor, "sustained_tensor_fraction", "1", CalKey::kPowerClass, 1.0, 0.70, 1.0,
-       "multiplies every GEMM and fused-attention rate of GPUs of one power class (compute_cost.cc)",
-       "the GEMM and attention curves are microbenchmarks of a cool GPU at boost clock; under a training "
-       "step's sustained load at the power cap clocks fall (H100 SXM: 1,980 MHz boost), data-dependent power "
-       "draw and L2 misses cost more: no public measurement isolates it; from no loss to a 30% loss"},
+       "multiplies every GEMM rate of GPUs of one power class, not fused attention's measured kernel rates "
+       "(compute_cost.cc)",
+       "the GEMM curves are microbenchmarks of a cool GPU at boost clock; under a training step's sustained "
+       "load at the power cap clocks fall (H100 SXM: 1,980 MHz boost), data-dependent power draw and L2 misses "
+       "cost more: no public measurement isolates it; from no loss to a 30% loss"},
       {CalParam::kFp8Gemm, "fp8_gemm_fraction", "1", CalKey::kNone, 1.0, 0.75, 1.0,
        "multiplies FP8 GEMM efficiency over bf16's at the same shape (compute_cost.cc)",
        "published FP8 GEMM ceilings are 71-81% of the FP8 peak where bf16's are ~80% of its peak "

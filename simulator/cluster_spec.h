@@ -72,7 +72,7 @@ struct GpuSpec {
   // default: the GPU's name.
   std::string power_class;
   // Set by apply_calibration (calibration.h); 1 = the measured rates as they are.
-  double sustained_tensor_fraction = 1;  // GEMM and attention rates sustained in training
+  double sustained_tensor_fraction = 1;  // GEMM rates sustained in training (calibration.h)
   double fp8_gemm_fraction = 1;          // FP8 GEMMs sustained in training over their measured rate
   double grouped_gemm_fraction = 1;      // MoE experts' grouped GEMMs over a dense GEMM's rate
 

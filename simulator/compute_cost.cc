@@ -100,7 +100,7 @@ double grouped_gemm_time_s(const GpuSpec& gpu, Precision p, const Gemm& g) {
 }
 
 double flash_attention_time_s(const GpuSpec& gpu, Precision p, double flops) {
-  return flops / (gpu.peak_flops(p) * gpu.flash_attention_efficiency * gpu.sustained_tensor_fraction);
+  return flops / (gpu.peak_flops(p) * gpu.flash_attention_efficiency);
 }
 
 namespace {
@@ -131,7 +131,7 @@ AttentionTimes attention_times(const GpuSpec& gpu, Precision p, const std::strin
     const double fwd = flash_attention_time_s(gpu, p, forward_flops);
     return {fwd, 2.5 * fwd, false};
   }
-  const double s = static_cast<double>(seq_len), tflops = 1e12 * gpu.sustained_tensor_fraction;
+  const double s = static_cast<double>(seq_len), tflops = 1e12;
   return {forward_flops / (interpolate_log2(best->seq_len, best->fwd_tflops, s) * tflops),
           2.5 * forward_flops / (interpolate_log2(best->seq_len, best->bwd_tflops, s) * tflops), true};
 }

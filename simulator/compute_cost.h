@@ -30,7 +30,10 @@ double gemm_operand_bytes(Precision p, const Gemm& g);
 // expert the kernel streams weights, not tensor-core math: the time is the larger of the dense
 // GEMM time of the same shape and the operand bytes at the GPU's grouped_gemm_hbm_efficiency.
 double grouped_gemm_time_s(const GpuSpec& gpu, Precision p, const Gemm& g);
-// A fused attention kernel: executes `flops` at the flash efficiency.
+// A fused attention kernel: executes `flops` at the flash efficiency. Attention runs at its kernel's
+// rate, measured or estimated, without the calibrated sustained fraction GEMMs take: the one
+// published sweep of steps that attention dominates (Qwen3-235B at 16k-128k tokens with CP, the
+// model zoo's forced-balance TFLOPS) is priced within -4% to +2% so, and up to +16% with it.
 double flash_attention_time_s(const GpuSpec& gpu, Precision p, double flops);
 // Forward and backward times of causal fused attention doing `forward_flops` (masked half not
 // counted) with `kernel` at `head_dim` and `seq_len`: from the GPU's measured curve of that kernel

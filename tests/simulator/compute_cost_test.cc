@@ -47,6 +47,16 @@ TEST(ComputeCost, AttentionFromMeasuredCurves) {
   EXPECT_FALSE(none.measured);
   EXPECT_DOUBLE_EQ(none.forward_s, 0.02);
   EXPECT_DOUBLE_EQ(none.backward_s, 0.05);
+  // The calibrated sustained fraction slows GEMMs, not attention's kernel rates (compute_cost.h):
+  // at 0.5 a GEMM takes twice as long, while the curve's 10 ms forward and the fallback's 20 ms
+  // stay.
+  ClusterSpec slow = *c;
+  slow.gpu.sustained_tensor_fraction = 0.5;
+  EXPECT_NEAR(attention_times(slow.gpu, Precision::kBf16, "fa2", 96, 2048, 2e12).forward_s, 0.01, 1e-12);
+  EXPECT_DOUBLE_EQ(attention_times(slow.gpu, Precision::kBf16, "cudnn", 128, 2048, 1e12).forward_s, 0.02);
+  EXPECT_NEAR(gemm_time_s(slow.gpu, Precision::kBf16, Gemm{"fc1", 4096, 4096, 4096, 1}) /
+                  gemm_time_s(c->gpu, Precision::kBf16, Gemm{"fc1", 4096, 4096, 4096, 1}),
+              2.0, 1e-12);
   j["gpu"]["attention"]["curves"][0]["bwd_tflops"] = {50};
   EXPECT_EQ(cluster_from_json(j, "round").error(),
             "round: gpu.attention.curves[0]: key 'seq_len': needs one throughput per sequence length (fwd_tflops "
