@@ -408,7 +408,7 @@ std::string read_execution(const nlohmann::json& j, const std::string& where, Ex
   e.moe_a2a_overlap = f.optional_bool("moe_a2a_overlap", e.moe_a2a_overlap);
   if (f.has("fp8_recipe")) e.fp8_recipe = read_enum(f, "fp8_recipe", parse_fp8_recipe, "delayed|current|rowwise|blockwise|mxfp8", e.fp8_recipe);
   e.fp8_param_gather = f.optional_bool("fp8_param_gather", e.fp8_param_gather);
-  if (f.has("loss")) e.loss = read_enum(f, "loss", parse_loss_kernel, "fused|megatron|megatron-fused|eager|eager-fp32", e.loss);
+  if (f.has("loss")) e.loss = read_enum(f, "loss", parse_loss_kernel, kLossKernelNames, e.loss);
   e.gather_copy_out = f.optional_bool("gather_copy_out", e.gather_copy_out);
   e.reduce_copy_in = f.optional_bool("reduce_copy_in", e.reduce_copy_in);
   e.dense_embedding_grad = f.optional_bool("dense_embedding_grad", e.dense_embedding_grad);

@@ -214,6 +214,7 @@ const char* moe_dispatcher_name(MoeDispatcher d);
 std::optional<MoeDispatcher> parse_moe_dispatcher(const std::string& s);
 const char* loss_kernel_name(LossKernel k);
 std::optional<LossKernel> parse_loss_kernel(const std::string& s);
+constexpr const char* kLossKernelNames = "fused|megatron|megatron-fused|eager|eager-fp32";  // for errors and help
 // execution.attention_impl by name: fa2, fa3, cudnn, or parallax (Parallax's runtime, stored as
 // ""); kAttentionImpls lists them for errors and help.
 constexpr const char* kAttentionImpls = "fa2|fa3|cudnn|parallax";

@@ -329,11 +329,11 @@ LayerTiming layer_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& p
   const double core_s = gt.core_s;
   const LayerExchange x = layer_exchange(m, c, plan, gt);
 
-  // Two all-reduces forward and two backward (with SP: all-gather + reduce-scatter pairs, two NCCL
-  // calls that move the same bytes, or fewer where FP8 gathers, and as rings: NVLS serves only
-  // all-reduce): one around the attention,
-  // one around the MLP — whose buffer holds every routed copy of a token in an MoE layer (top-k x),
-  // over the expert TP ranks (etp consecutive ranks, with etp / tp of the tokens).
+  // Two all-reduces forward and two backward: one around the attention, one around the MLP — whose
+  // buffer holds every routed copy of a token in an MoE layer (top-k x), over the expert TP ranks
+  // (etp consecutive ranks, with etp / tp of the tokens). With SP each is an all-gather and a
+  // reduce-scatter, two NCCL calls moving the same bytes (fewer where FP8 gathers), as rings: NVLS
+  // serves only all-reduce.
   const double tp_msg = boundary_tensor_bytes(m, plan);
   const int64_t mlp_ranks = m.is_moe() ? plan.expert_tp() : plan.tp;
   const double mlp_msg = m.is_moe() ? d(m.experts_per_token) * tp_msg * d(mlp_ranks) / d(plan.tp) : tp_msg;

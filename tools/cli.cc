@@ -115,7 +115,7 @@ void add_execution_flags(CLI::App& app, ExecutionFlags& f) {
   app.add_option("--moe-capacity-factor", f.moe_capacity_factor, "MoE: tokens an expert takes, x the mean (0: dropless)");
   app.add_option("--fp8-recipe", f.fp8_recipe, "FP8 scaling: delayed (default) | current | rowwise | blockwise | mxfp8");
   app.add_flag("--fp8-param-gather", f.fp8_param_gather, "FP8: weights kept and all-gathered in FP8");
-  app.add_option("--loss", f.loss, "the loss as the framework runs it: fused | megatron | megatron-fused | eager | eager-fp32");
+  app.add_option("--loss", f.loss, std::string("the loss as the framework runs it: ") + kLossKernelNames);
   app.add_option("--attention-impl", f.attention_impl,
                  std::string("the fused attention kernel whose measured curve prices it: ") + kAttentionImpls);
   app.add_flag("--tp-comm-overlap", f.tp_comm_overlap, "TP collectives overlapped with GEMMs (userbuffers, async TP)");
@@ -152,7 +152,7 @@ Execution execution_or_fail(const ExecutionFlags& f) {
   if (f.fp8_param_gather) e.fp8_param_gather = true;
   if (!f.loss.empty()) {
     const std::optional<LossKernel> k = parse_loss_kernel(f.loss);
-    if (!k) fail("--loss: unknown '" + f.loss + "' (expected fused|megatron|megatron-fused|eager|eager-fp32)");
+    if (!k) fail("--loss: unknown '" + f.loss + "' (expected " + kLossKernelNames + ")");
     e.loss = *k;
   }
   if (!f.attention_impl.empty()) {
