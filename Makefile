@@ -63,12 +63,13 @@ calibrate-public: build
 	$(BUILD)/bin/calibrate --runs $(BUILD)/validation-runs.json --cross-validate --name public-runs \
 	  --out calibrations/public-runs.json --table bench/results/calibration-public-runs.md
 
-# libFuzzer targets for the model, cluster, plan and trace readers, FUZZ_SECONDS each.
+# libFuzzer targets for the model, cluster, plan, trace, calibration and measured-runs readers,
+# FUZZ_SECONDS each.
 fuzz:
 	@tools/install-deps.sh --fuzz
 	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
 	  -DCMAKE_CXX_COMPILER=clang++ -DPARALLAX_FUZZ=ON -DPARALLAX_CUDA=OFF -DPARALLAX_BUILD_TESTS=OFF -DPARALLAX_BUILD_BENCH=OFF >/dev/null
-	@cmake --build build-fuzz -j $(JOBS) --target model_fuzz cluster_fuzz plan_fuzz trace_fuzz
+	@cmake --build build-fuzz -j $(JOBS) --target model_fuzz cluster_fuzz plan_fuzz trace_fuzz calibration_fuzz runs_fuzz
 	FUZZ_RUNS=$(FUZZ_RUNS) tools/run-fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
 # The whole test suite under AddressSanitizer and UndefinedBehaviorSanitizer (less the timing

@@ -40,6 +40,12 @@ Result<nlohmann::json> read_json_file(const std::string& path) {
   return parsed;
 }
 
+std::string string_or_empty(const nlohmann::json& object, const char* key) {
+  if (!object.is_object()) return "";
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 JsonFields::JsonFields(const nlohmann::json& object, std::string where)
     : object_(object.is_object() ? object : empty_object()), where_(std::move(where)) {
   if (!object.is_object()) error_ = where_ + ": expected a JSON object";

@@ -19,6 +19,11 @@ namespace parallax {
 // Reads and parses a JSON file; errors name the file and, for syntax errors, the position.
 Result<nlohmann::json> read_json_file(const std::string& path);
 
+// The string at `key`, or "" when `object` is no object, lacks the key or holds another type there:
+// for identity checks ("is this Parallax's file?"), where anything but the expected string simply
+// does not match. nlohmann's value(key, "") throws on a present key of another type.
+std::string string_or_empty(const nlohmann::json& object, const char* key);
+
 class JsonFields {
  public:
   // `where` prefixes every message, e.g. "models/13b.json" or "plan.json: network".

@@ -108,7 +108,9 @@ nlohmann::json with_llama_defaults(const nlohmann::json& text) {
 // and projector are named as not priced.
 Result<ModelSpec> read_multimodal(JsonFields& f, const std::string& where) {
   const nlohmann::json& text = f.required_object("text_config");
-  std::string type = text.value("model_type", "");
+  JsonFields text_fields(text, where + ": text_config");
+  std::string type = text_fields.optional_string("model_type").value_or("");
+  if (!text_fields.ok()) return Error{text_fields.error()};
   const std::string outer = f.optional_string("model_type").value_or("");
   if (type.empty() && outer.rfind("llava", 0) == 0) type = "llama";
   if (type.empty() && (outer == "mistral3" || outer == "ministral3")) type = "mistral";

@@ -35,6 +35,8 @@ Result<MeasuredRun> run_from_json(const nlohmann::json& j, const std::string& wh
   run.measured_step_s = f.required_number("measured_step_s");
   for (const char* key : {"model", "cluster", "plan"})
     if (f.ok() && !f.has(key)) f.fail(key, "is required");
+  for (const char* key : {"model", "plan"})
+    if (f.ok() && !j.at(key).is_object() && !j.at(key).is_string()) f.fail(key, "must be a name, a path or an object");
   if (!f.ok()) return Error{f.error()};
   const nlohmann::json& mj = j.at("model");
   Result<ModelSpec> m = mj.is_object() ? model_from_hf_config(mj, where + ": model")
@@ -94,15 +96,19 @@ Result<std::vector<MeasuredRun>> read_measured_runs(const std::string& path) {
   }
   Result<nlohmann::json> j = read_json_file(path);
   if (!j.ok()) return Error{j.error()};
-  if (!j->is_object() || !j->contains("runs") || !j->at("runs").is_array())
-    return Error{path + ": runs: must be an array of measured runs"};
+  return measured_runs_from_json(*j, path);
+}
+
+Result<std::vector<MeasuredRun>> measured_runs_from_json(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object() || !j.contains("runs") || !j.at("runs").is_array())
+    return Error{where + ": runs: must be an array of measured runs"};
   std::vector<MeasuredRun> runs;
-  for (size_t i = 0; i < j->at("runs").size(); ++i) {
-    Result<MeasuredRun> run = run_from_json(j->at("runs")[i], path + ": runs[" + std::to_string(i) + "]");
+  for (size_t i = 0; i < j.at("runs").size(); ++i) {
+    Result<MeasuredRun> run = run_from_json(j.at("runs")[i], where + ": runs[" + std::to_string(i) + "]");
     if (!run.ok()) return Error{run.error()};
     runs.push_back(std::move(*run));
   }
-  if (runs.empty()) return Error{path + ": runs: is empty"};
+  if (runs.empty()) return Error{where + ": runs: is empty"};
   return runs;
 }
 

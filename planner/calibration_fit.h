@@ -35,6 +35,8 @@ struct MeasuredRun {
 // id,source,model,cluster,plan,measured_step_s (model, cluster, plan: names or paths). Errors name
 // the run and field; a run whose plan the model cannot take is kept with not_expressible set.
 Result<std::vector<MeasuredRun>> read_measured_runs(const std::string& path);
+// The JSON form's runs, already parsed; `where` (the file) prefixes every error.
+Result<std::vector<MeasuredRun>> measured_runs_from_json(const nlohmann::json& j, const std::string& where);
 
 // The step time of each run under `cal` (NaN where the plan cannot be simulated).
 std::vector<double> predict_runs(const std::vector<MeasuredRun>& runs, const Calibration& cal);

@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <cstring>
+
+#include "models/json_fields.h"
 
 namespace parallax {
 
@@ -159,10 +161,11 @@ Result<std::vector<TensorShard>> decode_shards(const std::string& bytes, const s
   if (bytes.size() < 8 || n > bytes.size() - 8) return Error{where + ": not a safetensors file"};
   const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n), nullptr, false);
   const nlohmann::json meta = header.is_object() ? header.value("__metadata__", nlohmann::json()) : nlohmann::json();
-  if (!meta.is_object() || meta.value("format", "") != kFormat || !meta["parallax"].is_string())
+  if (string_or_empty(meta, "format") != kFormat || string_or_empty(meta, "parallax").empty())
     return Error{where + ": not a " + std::string(kFormat) + " shard (an older Parallax wrote it, or another tool)"};
   const nlohmann::json layout = nlohmann::json::parse(meta["parallax"].get<std::string>(), nullptr, false);
-  if (!layout.is_object() || !layout["tensors"].is_object()) return Error{where + ": malformed parallax metadata"};
+  if (!layout.is_object() || !layout.contains("tensors") || !layout["tensors"].is_object())
+    return Error{where + ": malformed parallax metadata"};
   const size_t data = 8 + n;
   std::vector<TensorShard> out;
   try {
@@ -218,15 +221,32 @@ Status save_checkpoint(const std::string& dir, int64_t step, const std::vector<T
 
 namespace {
 
+// The keys the reader and train's resume use, each of the type they read it as; a shard file is a
+// plain name inside the step's directory.
+bool well_formed(const nlohmann::json& m) {
+  auto is = [&](const char* key, bool (nlohmann::json::*type)() const noexcept) {
+    return m.contains(key) && (m[key].*type)();
+  };
+  if (!is("step", &nlohmann::json::is_number_integer) || m["step"].get<int64_t>() < 0 ||
+      !is("files", &nlohmann::json::is_array) || !is("checksums", &nlohmann::json::is_array) ||
+      m["files"].size() != m["checksums"].size())
+    return false;
+  for (const nlohmann::json& f : m["files"]) {
+    const std::string name = f.is_string() ? f.get<std::string>() : "";
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") return false;
+  }
+  return (!m.contains("loss_scale") || m["loss_scale"].is_number()) &&
+         (!m.contains("clean_steps") || m["clean_steps"].is_number_integer()) &&
+         (!m.contains("updates") || m["updates"].is_number_integer());
+}
+
 Result<nlohmann::json> read_manifest(const fs::path& step_dir, const nlohmann::json& identity) {
   Result<std::string> text = read_all(step_dir / "manifest.json");
   if (!text.ok()) return Error{text.error()};
   const nlohmann::json manifest = nlohmann::json::parse(*text, nullptr, false);
   const std::string where = (step_dir / "manifest.json").string();
-  if (manifest.is_discarded() || !manifest.is_object() || !manifest.contains("step") || !manifest["files"].is_array() ||
-      !manifest["checksums"].is_array() || manifest["files"].size() != manifest["checksums"].size())
-    return Error{where + (manifest.value("format", "") != kFormat ? ": not a " + std::string(kFormat) + " manifest"
-                                                                   : ": malformed manifest")};
+  if (string_or_empty(manifest, "format") != kFormat) return Error{where + ": not a " + std::string(kFormat) + " manifest"};
+  if (!well_formed(manifest)) return Error{where + ": malformed manifest"};
   for (const auto& [key, value] : identity.items())
     if (!manifest.contains(key) || manifest[key] != value)
       return Error{step_dir.string() + ": written for another " + key + " (refusing to resume)"};

@@ -165,8 +165,9 @@ Result<Calibration> calibration_from_json(const nlohmann::json& j, const std::st
   }
   if (j.contains("bands")) {
     for (const nlohmann::json& b : j.at("bands")) {
-      if (!b.is_object() || !b.contains("class") || !b.contains("log_p10") || !b.contains("log_p90") ||
-          !b.at("log_p10").is_number() || !b.at("log_p90").is_number() || b.at("log_p10") > b.at("log_p90"))
+      if (!b.is_object() || string_or_empty(b, "class").empty() || (b.contains("runs") && !b.at("runs").is_number_integer()) ||
+          !b.contains("log_p10") || !b.contains("log_p90") || !b.at("log_p10").is_number() || !b.at("log_p90").is_number() ||
+          b.at("log_p10") > b.at("log_p90"))
         return Error{where + ": bands: each needs class, runs, log_p10 <= log_p90"};
       c.bands.push_back({b.at("class").get<std::string>(), b.value("runs", int64_t{0}), b.at("log_p10").get<double>(),
                          b.at("log_p90").get<double>()});

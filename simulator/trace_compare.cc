@@ -6,6 +6,8 @@
 #include <map>
 #include <sstream>
 
+#include "models/json_fields.h"
+
 namespace parallax {
 
 namespace {
@@ -119,7 +121,7 @@ TraceSummary summarise(const std::vector<Event>& events, const nlohmann::json& t
 // trace without Parallax's metadata (another tool's) is compared as given.
 Status check_same_run(const nlohmann::json& predicted, const nlohmann::json& measured) {
   const nlohmann::json p = metadata_of(predicted), m = metadata_of(measured);
-  auto source = [](const nlohmann::json& meta) { return meta.value("source", std::string()); };
+  auto source = [](const nlohmann::json& meta) { return string_or_empty(meta, "source"); };
   if (source(p) == "parallax train" || source(m) == "parallax simulate")
     return Error{"the predicted trace comes from '" + source(p) + "' and the measured one from '" + source(m) +
                  "': swap --predicted and --measured"};

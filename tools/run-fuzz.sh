@@ -6,7 +6,7 @@ set -euo pipefail
 BUILD=${1:-build-fuzz}
 SECONDS_PER_TARGET=${2:-60}
 mkdir -p "$BUILD/fuzz-artifacts"
-for target in model cluster plan trace; do
+for target in model cluster plan trace calibration runs; do
   corpus="$BUILD/fuzz-corpus/$target"
   if [[ -n "${FUZZ_RUNS:-}" ]]; then rm -rf "$corpus"; fi  # reproducible: start from the seeds alone
   mkdir -p "$corpus"

@@ -1,5 +1,6 @@
 // libFuzzer targets for the readers of untrusted input: Hugging Face model configs, cluster files,
-// plans (read, validated, and when valid priced and simulated) and traces (compared). Each is
+// plans (read, validated, and when valid priced and simulated), traces (compared), calibration
+// files and calibrate's measured runs (read; valid calibrations applied to a cluster). Each is
 // built as its own binary by defining PARALLAX_FUZZ_TARGET (tests/fuzz/CMakeLists.txt). Any
 // crash, sanitizer report, hang or uncaught exception is a failure; every error must be a value.
 #include <cstddef>
@@ -9,8 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "models/model_spec.h"
+#include "planner/calibration_fit.h"
 #include "planner/estimate.h"
 #include "planner/simulation.h"
+#include "simulator/calibration.h"
 #include "simulator/cluster_spec.h"
 #include "simulator/trace_compare.h"
 
@@ -62,6 +65,16 @@ nlohmann::json parse(const uint8_t* data, size_t size) {
   }
   (void)compare_traces(reference, j);
 }
+
+[[maybe_unused]] void fuzz_calibration(const nlohmann::json& j) {
+  Result<Calibration> cal = calibration_from_json(j, "fuzz");
+  if (!cal.ok()) return;
+  ClusterSpec c = load_cluster("dgx-h100").value();
+  apply_calibration(c, *cal);
+  (void)calibration_to_json(*cal);
+}
+
+[[maybe_unused]] void fuzz_runs(const nlohmann::json& j) { (void)measured_runs_from_json(j, "fuzz"); }
 
 }  // namespace
 

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include "planner/calibration_fit.h"
 #include "planner/estimate.h"
+#include "simulator/calibration.h"
 #include "simulator/trace_compare.h"
 
 namespace parallax {
@@ -30,6 +32,8 @@ TEST(FuzzRegressions, ReadersReturnValues) {
     Result<Comparison> c = compare_traces(j, reference);
     if (c.ok()) (void)comparison_html(*c, j, reference);
     (void)compare_traces(reference, j);
+    (void)calibration_from_json(j, "regression");
+    (void)measured_runs_from_json(j, "regression");
   }
   EXPECT_GT(inputs, 0);
 }

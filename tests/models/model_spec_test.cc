@@ -233,6 +233,8 @@ TEST(ModelSpec, ErrorsNameTheKey) {
   EXPECT_EQ(error(R"({"model_type":"llama","hidden_size":64,"intermediate_size":1,"num_hidden_layers":1,
                      "num_attention_heads":8,"num_key_value_heads":3,"vocab_size":1,"max_position_embeddings":1})"),
             "x.json: key 'num_key_value_heads': must divide num_attention_heads");
+  EXPECT_EQ(error(R"({"model_type":"llava","text_config":{"model_type":3}})"),
+            "x.json: text_config: key 'model_type': expected a string, got 3");
 }
 
 TEST(ModelSpec, ArchitecturesKeyIdentifiesOlderExports) {

@@ -165,6 +165,23 @@ TEST(Calibration, JsonRoundTripAndRefusals) {
   j["parameters"].erase("clock_ghz");
   j["parameters"]["chunk_pass_overhead_us"] = {{"value", 500}};  // renamed: a clear error, not a silent alias
   EXPECT_NE(calibration_from_json(j, "c.json").error().find("now 'microbatch_pass_overhead_us'"), std::string::npos);
+  j["parameters"].erase("chunk_pass_overhead_us");
+  j["bands"][0]["runs"] = "forty";  // a wrong type is an error, not an exception
+  EXPECT_EQ(calibration_from_json(j, "c.json").error(), "c.json: bands: each needs class, runs, log_p10 <= log_p90");
+}
+
+TEST(Calibration, MeasuredRunsRefuseWrongTypes) {
+  const nlohmann::json run = {{"id", "r"}, {"measured_step_s", 1.0}, {"model", "gpt2"}, {"cluster", "dgx-h100"},
+                              {"plan", {{"tp", 1}, {"pp", 1}, {"dp", 8}, {"zero", 0}, {"micro_batch", 1}, {"global_batch", 8},
+                                        {"seq_len", 128}, {"schedule", "1f1b"}, {"recompute", "none"},
+                                        {"sequence_parallel", false}, {"precision", "bf16"}}}};
+  const auto runs = [](const nlohmann::json& r) { return nlohmann::json{{"runs", nlohmann::json::array({r})}}; };
+  const Result<std::vector<MeasuredRun>> ok = measured_runs_from_json(runs(run), "r.json");
+  ASSERT_TRUE(ok.ok()) << ok.error();
+  nlohmann::json bad = run;
+  bad["model"] = 3;
+  EXPECT_EQ(measured_runs_from_json(runs(bad), "r.json").error(),
+            "r.json: runs[0]: key 'model': must be a name, a path or an object");
 }
 
 TEST(Calibration, BandIsTheResidualQuantiles) {

@@ -1,6 +1,6 @@
 // Checkpoints under mpirun: resuming continues bit-exactly (the same fp32 losses to the last bit
 // as a run that never stopped), also onto another plan of the same model (to fp32 rounding); a
-// corrupt shard, another model or another batch is refused with exit 2.
+// corrupt shard or manifest, another model or another batch is refused with exit 2.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -117,6 +117,18 @@ TEST(Checkpoint, RefusesCorruptOrMismatchedCheckpoints) {
   const Out corrupt = train(2, p, "--steps 2 --checkpoint " + dir + " --resume");
   EXPECT_EQ(corrupt.code, 2);
   EXPECT_NE(corrupt.text.find("the shard of rank 1 is missing or corrupt"), std::string::npos) << corrupt.text;
+  // A manifest edited by hand into other types is refused, not thrown on.
+  const std::string manifest = dir + "/step-00000001/manifest.json";
+  const nlohmann::json good = nlohmann::json::parse(read(manifest));
+  for (const auto& [key, value] : {std::pair<std::string, nlohmann::json>{"files", {1, 2}}, {"step", "one"},
+                                   {"loss_scale", "big"}, {"files", {"../rank-0.safetensors", "rank-1.safetensors"}}}) {
+    nlohmann::json edited = good;
+    edited[key] = value;
+    std::ofstream(manifest) << edited.dump();
+    const Out malformed = train(2, p, "--steps 2 --checkpoint " + dir + " --resume");
+    EXPECT_EQ(malformed.code, 2) << key;
+    EXPECT_NE(malformed.text.find("malformed manifest"), std::string::npos) << key << ": " << malformed.text;
+  }
   const Out none = train(2, p, "--steps 2 --checkpoint " + temp("empty") + " --resume");
   EXPECT_EQ(none.code, 2);
   EXPECT_NE(none.text.find("no checkpoint to resume from"), std::string::npos) << none.text;
