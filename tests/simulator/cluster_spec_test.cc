@@ -44,6 +44,17 @@ TEST(ClusterSpec, DgxB200) {
   EXPECT_EQ(c->node.nvls_min_ranks, 6);
 }
 
+// B200 GEMMs on the curve fitted to XLA's measured B200 table (clusters/dgx-b200.json). 4,096^3: 16 x 32
+// = 512 output tiles of 256 x 128 on 148 SMs take 4 waves, 512 / 592 = 0.8649 of them busy; bf16
+// 0.78 x 0.8649 x (4096 / 4274)^3 = 0.5938 of 2,250 = 1,336.0 TFLOP/s (1,416.9 measured); FP8
+// 0.763 x 0.8649 x (4096 / 4382)^3 = 0.5389 of 4,500 = 2,425.2 (2,765.0 measured).
+TEST(ClusterSpec, DgxB200GemmsAsMeasured) {
+  const GpuSpec gpu = load_cluster("dgx-b200").value().gpu;
+  const Gemm g{"4096^3", 4096, 4096, 4096};
+  EXPECT_NEAR(gemm_efficiency(gpu, g, Precision::kBf16) * 2250, 1336.0, 0.1);
+  EXPECT_NEAR(gemm_efficiency(gpu, g, Precision::kFp8) * 4500, 2425.2, 0.1);
+}
+
 // B200 attention as NVIDIA's cudnn-frontend benchmark measured it (causal, 128 query / 8 KV heads of
 // 128, batch 1): 8,192 tokens carry 4 x 8192^2 x 128 x 128 / 2 = 2.19902e12 forward FLOPs (the masked
 // half not counted); cuDNN took 1.877 ms forward and 5.833 ms backward (2.5 x the FLOPs), PyTorch's
