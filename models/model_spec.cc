@@ -231,11 +231,12 @@ std::string data_dir() {
 
 std::string resolve_data_file(const std::string& name_or_path, const std::string& subdir) {
   namespace fs = std::filesystem;
-  if (fs::is_regular_file(name_or_path)) return name_or_path;
+  std::error_code ec;  // a name the OS refuses (too long, say) is simply not found
+  if (fs::is_regular_file(name_or_path, ec)) return name_or_path;
   const fs::path dir = fs::path(data_dir()) / subdir;
   const fs::path name = fs::path(name_or_path).filename();
   for (const fs::path& candidate : {dir / name, dir / (name.string() + ".json")}) {
-    if (fs::is_regular_file(candidate)) return candidate.string();
+    if (fs::is_regular_file(candidate, ec)) return candidate.string();
   }
   return name_or_path;  // let the reader report "cannot open"
 }
