@@ -11,11 +11,18 @@ int64_t mlp_width(const ModelSpec& m) { return m.mlp == Mlp::kSwiGlu ? 2 * m.ffn
 int64_t mlp_matmuls(const ModelSpec& m) { return m.mlp == Mlp::kSwiGlu ? 3 : 2; }
 int64_t norm_params(const ModelSpec& m) { return !m.norm_affine ? 0 : m.norm_bias ? 2 * m.hidden : m.hidden; }
 
-// Sums f(layer spec) over the model's layers: its dense layers (leading or interleaved), then the rest.
+// Sums f(layer spec) over the model's layers: its dense layers (leading or interleaved), then the
+// rest, and the multi-token-prediction depths' layers (of the rest's kind).
 template <typename F>
 double over_layers(const ModelSpec& m, F f) {
   const int64_t dense = m.dense_layer_count();
-  return (dense > 0 ? d(dense) * f(dense_layer_model(m)) : 0.0) + d(m.layers - dense) * f(m);
+  return (dense > 0 ? d(dense) * f(dense_layer_model(m)) : 0.0) + d(m.layers - dense + m.mtp_layers) * f(m);
+}
+
+// Per token, what multi-token prediction adds outside its layers: each depth's eh_proj (2h x h)
+// and its pass through the output head, forward and backward (3 x 2 FLOPs per weight).
+double mtp_head_flops_per_token(const ModelSpec& m) {
+  return d(m.mtp_layers) * 6.0 * (2.0 * d(m.hidden) * d(m.hidden) + d(m.hidden) * d(m.vocab));
 }
 
 // The attention projections' weights by how TP treats them. Multi-head latent attention: the
@@ -71,11 +78,18 @@ EdgeParams edge_params(const ModelSpec& m) {
   return e;
 }
 
+LayerParams mtp_params(const ModelSpec& m) {
+  LayerParams p = layer_params(m);
+  p.tp_sharded += 2 * m.hidden * m.hidden;  // eh_proj
+  p.replicated += 3 * norm_params(m);       // enorm, hnorm, the final norm
+  return {m.mtp_layers * p.tp_sharded, m.mtp_layers * p.replicated, m.mtp_layers * p.expert};
+}
+
 int64_t total_params(const ModelSpec& m) {
   const EdgeParams e = edge_params(m);
   const int64_t dense = m.dense_layer_count();
   const int64_t layers = dense * layer_params(dense_layer_model(m)).total() + (m.layers - dense) * layer_params(m).total();
-  return layers + e.token_embedding + e.position_embedding + e.output_head + e.final_norm;
+  return layers + mtp_params(m).total() + e.token_embedding + e.position_embedding + e.output_head + e.final_norm;
 }
 
 int64_t active_matmul_weights_per_layer(const ModelSpec& m) {
@@ -114,7 +128,7 @@ double model_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_
   const double per_token = over_layers(m, [&](const ModelSpec& l) {
                              const PassFlops p = layer_flops_per_token(l, seq_len);
                              return p.forward + p.backward();
-                           }) + logits.forward + logits.backward();
+                           }) + logits.forward + logits.backward() + mtp_head_flops_per_token(m);
   return per_token * d(seq_len) * d(global_batch);
 }
 
@@ -156,7 +170,7 @@ double hardware_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t glob
     return layer;
   });
   const PassFlops logits = logits_flops_per_token(m);
-  return (per_token + logits.forward + logits.backward()) * d(seq_len) * d(global_batch);
+  return (per_token + logits.forward + logits.backward() + mtp_head_flops_per_token(m)) * d(seq_len) * d(global_batch);
 }
 
 std::vector<Gemm> layer_gemms(const ModelSpec& m, int64_t seq_len, int64_t micro_batch, int64_t tp) {
@@ -326,7 +340,11 @@ double last_stage_extra_activation_bytes(const ModelSpec& m, const ActivationOpt
   const double tokens = d(o.seq_len) / d(o.cp) * d(o.micro_batch);
   const double rep = o.sequence_parallel ? d(o.tp) : 1.0;
   // final norm input 2h, output projection input 2h, fp32 vocab-parallel logits 4V/t.
-  return tokens * (4 * d(m.hidden) / rep + 4 * d(m.vocab) / d(o.tp));
+  const double head = tokens * (4 * d(m.hidden) / rep + 4 * d(m.vocab) / d(o.tp));
+  if (m.mtp_layers == 0) return head;
+  // Each multi-token-prediction depth: its layer, the inputs of enorm and hnorm (2h each) and of
+  // eh_proj (the 4h concatenation), and the head's again.
+  return head + d(m.mtp_layers) * (layer_activation_bytes(m, o).total() + tokens * 8 * d(m.hidden) / rep + head);
 }
 
 }  // namespace parallax

@@ -55,6 +55,10 @@ struct LayerParams {
   int64_t total() const { return tp_sharded + replicated + expert; }
 };
 LayerParams layer_params(const ModelSpec& m);
+// The multi-token-prediction depths' parameters (ModelSpec::mtp_layers, on the last stage): each a
+// layer of the model's last kind, eh_proj (2h x h, split by TP) and three norms; the embedding and
+// output head are the model's own.
+LayerParams mtp_params(const ModelSpec& m);
 
 // Parameters outside the transformer layers.
 struct EdgeParams {
@@ -90,7 +94,8 @@ PassFlops logits_flops_per_token(const ModelSpec& m);
 // about half of this one.) Reports name it beside MFU.
 inline constexpr const char* kModelFlopsConvention = "palm: 6N + 12LHQs, full s x s attention, no recompute";
 
-// Model FLOPs of one step (no recompute): 3 x forward over all layers and the logits.
+// Model FLOPs of one step (no recompute): 3 x forward over all layers and the logits, and each
+// multi-token-prediction depth's layer, eh_proj and head (as NeMo's DeepSeek-V3 formula counts them).
 double model_flops_per_step(const ModelSpec& m, int64_t seq_len, int64_t global_batch);
 // The share of the s x s attention square the kernel computes. Materialized attention multiplies
 // the whole square and masks the scores; a causal flash kernel skips the tiles above the diagonal

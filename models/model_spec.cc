@@ -153,7 +153,6 @@ void read_training_recipe(JsonFields& f, ModelSpec& m) {
                           .value_or(deepseek_aux || type == "mixtral" || qwen || llama4 ? 0.001 : 0.0);
     r.seq_aux_loss = deepseek && f.optional_bool("seq_aux", true);
   }
-  r.mtp_layers = f.optional_int("num_nextn_predict_layers", 0).value_or(0);
   const auto scaling = f.object().find("rope_scaling");
   if (f.ok() && scaling != f.object().end() && scaling->is_object()) {
     JsonFields s(*scaling, f.where() + ": rope_scaling");

@@ -64,6 +64,13 @@ struct ModelSpec {
   int64_t dense_ffn_hidden = 0;
   int64_t moe_layer_step = 1;
   std::vector<int64_t> mlp_only_layers;
+  // Multi-token prediction (DeepSeek-V3's num_nextn_predict_layers; Megatron's --mtp-num-layers):
+  // each depth, on the last pipeline stage, normalizes the hidden state and the next token's
+  // embedding, projects their concatenation 2h -> h (eh_proj), runs one more transformer layer of
+  // the model's last kind and the shared output head and loss again (DeepSeek-V3 report, 2.2;
+  // Megatron-Core multi_token_prediction.py: every depth on the last stage, which then also holds
+  // a copy of the embedding).
+  int64_t mtp_layers = 0;
   // Chunked local attention (Llama 4's attention_chunk_size on its RoPE layers): named in
   // `unpriced` (priced as full causal attention); 0 when absent.
   int64_t attention_chunk = 0;
@@ -104,7 +111,6 @@ struct ModelSpec {
     double rope_factor = 1.0, rope_low_freq = 1.0, rope_high_freq = 4.0;  // llama3
     double rope_beta_fast = 32.0, rope_beta_slow = 1.0, rope_mscale = 1.0, rope_mscale_all_dim = 0.0;  // yarn
     int64_t rope_original_positions = 0;   // original_max_position_embeddings
-    int64_t mtp_layers = 0;                // num_nextn_predict_layers (DeepSeek-V3; not priced)
   } recipe;
 
   bool has_qkv_bias() const { return linear_bias || qkv_bias; }

@@ -120,9 +120,7 @@ void read_deepseek(JsonFields& f, ModelSpec& m) {
   check_some_moe_layer(f, m, "first_k_dense_replace");
   if (m.model_type != "deepseek") read_mla(f, m);
   m.router_bias = f.optional_string("topk_method").value_or(m.model_type == "deepseek_v3" ? "noaux_tc" : "greedy") == "noaux_tc";
-  // DeepSeek-V3's multi-token-prediction module is in its checkpoint, not in the model trained here.
-  if (f.optional_int("num_nextn_predict_layers", 0).value_or(0) > 0)
-    m.unpriced.push_back("num_nextn_predict_layers (the multi-token-prediction module)");
+  m.mtp_layers = f.optional_int("num_nextn_predict_layers", 0).value_or(0);
   check_top_k(f, m, "n_routed_experts");
 }
 

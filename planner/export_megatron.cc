@@ -54,7 +54,7 @@ void shape_arguments(const ModelSpec& m, Args& arg) {
     arg("--v-head-dim", m.v_head_dim);
   }
   // DeepSeek-V3's multi-token-prediction depth (the model reader names it as not priced).
-  if (m.recipe.mtp_layers > 0) arg("--mtp-num-layers", m.recipe.mtp_layers);
+  if (m.mtp_layers > 0) arg("--mtp-num-layers", m.mtp_layers);
 }
 
 // Which layers are MoE (1) and dense (0), as the Python list expression --moe-layer-freq takes

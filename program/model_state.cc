@@ -60,17 +60,20 @@ StageParams params_on_gpu(const ModelSpec& m, const Plan& plan, int64_t layers, 
   p.expert = d(layers - dense) * d(lp.expert) / (d(plan.expert_tp()) * d(plan.ep));
   if (first) p.dense += d(e.token_embedding) / t + d(e.position_embedding);
   if (last) {
-    p.dense += d(e.final_norm);
-    // Megatron keeps a copy of a tied embedding on the last stage and all-reduces its gradient.
-    if (m.tied_embeddings) {
-      if (plan.pp > 1) p.dense += d(e.token_embedding) / t;
-    } else {
-      p.dense += d(e.output_head) / t;
-    }
+    p.dense += d(e.final_norm) + d(e.output_head) / t;
+    // Megatron keeps a copy of the embedding on the last stage and all-reduces its gradient.
+    if (last_stage_holds_embedding(m, plan)) p.dense += d(e.token_embedding) / t;
+    const LayerParams mtp = mtp_params(m);
+    p.dense += d(mtp.tp_sharded) / t + d(mtp.replicated);
+    p.expert += d(mtp.expert) / (d(plan.expert_tp()) * d(plan.ep));
   }
   return p;
 }
 }  // namespace
+
+bool last_stage_holds_embedding(const ModelSpec& m, const Plan& plan) {
+  return plan.pp > 1 && (m.tied_embeddings || m.mtp_layers > 0);
+}
 
 StageParams stage_param_split(const ModelSpec& m, const Plan& plan, int64_t stage) {
   // A stage's chunks hold layers / pp of the model (uneven stages: their own count).

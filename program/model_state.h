@@ -48,6 +48,10 @@ StageParams stage_param_split(const ModelSpec& m, const Plan& plan, int64_t stag
 // chunks' sum is the stage's.
 StageParams chunk_param_split(const ModelSpec& m, const Plan& plan, int64_t stage, int64_t chunk);
 double stage_params_per_gpu(const ModelSpec& m, const Plan& plan, int64_t stage);
+// Whether the last pipeline stage keeps a copy of the token embedding, whose gradient is summed
+// with the first stage's: a tied embedding (it is the output head) or multi-token prediction
+// (its depths embed the next tokens), over more than one stage.
+bool last_stage_holds_embedding(const ModelSpec& m, const Plan& plan);
 // One (MoE, where the model has them) transformer layer's parameters on one GPU, as a stage counts them.
 double layer_params_per_gpu(const ModelSpec& m, const Plan& plan);
 

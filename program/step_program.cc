@@ -352,11 +352,11 @@ class StageBuilder {
     if (!p_.execution.overlap_grad_reduce) blocking_.push_back(id);
   }
 
-  // With tied embeddings over a pipeline, the first and the last virtual stage each hold the
-  // embedding; its gradient is summed over the two.
+  // With tied embeddings (or multi-token prediction) over a pipeline, the first and the last
+  // virtual stage each hold the embedding; its gradient is summed over the two.
   bool ties_embedding(int64_t chunk) const {
     const int64_t vs = virtual_stage(stage_, chunk, p_.pp);
-    return m_.tied_embeddings && p_.pp > 1 && (vs == 0 || vs == p_.pp * p_.virtual_stages - 1);
+    return last_stage_holds_embedding(m_, p_) && (vs == 0 || vs == p_.pp * p_.virtual_stages - 1);
   }
   // ZeRO-2/3 (gradients reduce-scattered after each pass): the runtimes keep the tied embedding's
   // gradient aside until this op, then reduce it into the shards.

@@ -451,9 +451,21 @@ EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& pla
   const double logits_elems = tokens * d(m.vocab) / d(plan.tp);
   const double norm_s = memory_time_s(gpu, 4 * tokens * d(m.hidden) * ab / rep);
   const LossBytes loss = loss_bytes_per_logit(plan.execution.loss, ab);
-  e.last_forward_s = gemm_s + norm_s + memory_time_s(gpu, logits_elems * loss.forward);
-  e.last_backward_input_s = gemm_s + 2 * norm_s + memory_time_s(gpu, logits_elems * loss.backward);
+  const double head_forward_s = gemm_s + norm_s + memory_time_s(gpu, logits_elems * loss.forward);
+  const double head_backward_input_s = gemm_s + 2 * norm_s + memory_time_s(gpu, logits_elems * loss.backward);
+  e.last_forward_s = head_forward_s;
+  e.last_backward_input_s = head_backward_input_s;
   e.last_backward_weight_s = gemm_s;
+  if (m.mtp_layers > 0) {
+    // Each multi-token-prediction depth: enorm and hnorm, eh_proj (tokens x h/t x 2h), a layer,
+    // then the head as above (its final norm included).
+    const double depths = d(m.mtp_layers);
+    const double eh_s = gemm_time_s(gpu, base, Gemm{"eh_proj", static_cast<int64_t>(tokens), m.hidden / plan.tp, 2 * m.hidden});
+    const LayerTiming layer = layer_timing(m, c, plan);
+    e.last_forward_s += depths * (2 * norm_s + eh_s + layer.forward_s + head_forward_s);
+    e.last_backward_input_s += depths * (4 * norm_s + eh_s + layer.backward_input_s + head_backward_input_s);
+    e.last_backward_weight_s += depths * (eh_s + layer.backward_weight_s + gemm_s);
+  }
   return e;
 }
 

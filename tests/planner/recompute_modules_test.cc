@@ -41,13 +41,14 @@ TEST(RecomputeModules, WhatEachModuleDoesNotKeep) {
   EXPECT_DOUBLE_EQ(ds_core - layer_activation_bytes(ds, activation_options(selective(kCoreAttn | kMlaUpProj))).attention,
                    131072.0 * 4096);
   // Re-running the up-projections costs 2 FLOPs per weight and token: 512 x 128 x 256 (kv) +
-  // 1,536 x 24,576 (q) = 54,525,952 weights, in each of 61 layers, for 4,096 x 8 tokens.
+  // 1,536 x 24,576 (q) = 54,525,952 weights, in each of 61 layers and the multi-token-prediction
+  // depth's, for 4,096 x 8 tokens.
   EXPECT_EQ(mla_up_proj_weights(ds), 54525952);
   const double with = hardware_flops_per_step(ds, 4096, 8, Recompute::kSelective, SelectiveRecompute::kAttentionCore,
                                               AttentionKernel::kFlash, 1, kCoreAttn | kMlaUpProj);
   const double without = hardware_flops_per_step(ds, 4096, 8, Recompute::kSelective, SelectiveRecompute::kAttentionCore,
                                                  AttentionKernel::kFlash, 1, kCoreAttn);
-  EXPECT_NEAR(with - without, 2.0 * 54525952 * 61 * 4096 * 8, 1e3);
+  EXPECT_NEAR(with - without, 2.0 * 54525952 * 62 * 4096 * 8, 1e3);
 }
 
 // What the backward re-runs, on the round GPU (1,000 GB/s): layernorm the two fused norms, read 2h
