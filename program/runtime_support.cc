@@ -19,6 +19,7 @@ std::string model_gap(const ModelSpec& m) {
   if (m.qk_norm_params > 0) return of("q/k norms");
   if (m.parallel_block) return of("parallel attention and MLP blocks");
   if (m.lm_head_bias) return of("an output-layer bias");
+  if (m.mtp_layers > 0) return of("multi-token prediction (num_nextn_predict_layers " + std::to_string(m.mtp_layers) + ")");
   if (m.is_moe() && m.has_mlp_bias()) return of("biases on the experts' linears");
   if (m.mlp == Mlp::kSwiGlu && m.hidden_act != "silu") return of("a gated MLP with " + m.hidden_act);
   if (m.mlp == Mlp::kGelu && m.hidden_act != "gelu_new" && m.hidden_act != "gelu_pytorch_tanh")

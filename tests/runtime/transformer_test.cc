@@ -158,6 +158,10 @@ TEST(Trainer, RefusesWhatItCannotRunYet) {
   ModelSpec gemma = m;
   gemma.model_type = "gemma", gemma.hidden_act = "gelu_pytorch_tanh";
   EXPECT_EQ(check_runtime_support(gemma, p).error(), "the CPU runtime does not execute a gated MLP with gelu_pytorch_tanh (gemma) yet");
+  ModelSpec mtp = m;  // priced, so never trained without it
+  mtp.mtp_layers = 1;
+  EXPECT_EQ(check_runtime_support(mtp, p).error(),
+            "the CPU runtime does not execute multi-token prediction (num_nextn_predict_layers 1) (llama) yet");
 }
 
 }  // namespace
