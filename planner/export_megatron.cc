@@ -53,7 +53,7 @@ void shape_arguments(const ModelSpec& m, Args& arg) {
     arg("--qk-pos-emb-head-dim", m.qk_rope_dim);
     arg("--v-head-dim", m.v_head_dim);
   }
-  // DeepSeek-V3's multi-token-prediction depth (the model reader names it as not priced).
+  // DeepSeek-V3's multi-token-prediction depth, priced on the last stage as Megatron-Core builds it.
   if (m.mtp_layers > 0) arg("--mtp-num-layers", m.mtp_layers);
 }
 
