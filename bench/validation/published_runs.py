@@ -148,6 +148,10 @@ def plan(r):
     if precision == 'fp8' and ('fp8_params' in pr or 'float8 all-gather' in pr): execution['fp8_param_gather'] = True
     if precision == 'fp8' and ('current' in pr or 'tensorwise' in pr or 'Float8' in pr): execution['fp8_recipe'] = 'current'
     if precision == 'fp8' and 'rowwise' in pr: execution['fp8_recipe'] = 'rowwise'  # torchao Float8 rowwise
+    if r['id'].startswith('dgxc-v25.05') and precision == 'bf16':
+        # NeMo@7a8f1cc7 nemo/collections/llm/recipes/precision/mixed_precision.py bf16_mixed():
+        # grad_reduce_in_fp32=True; scripts/performance/utils.py turns it off for FP8 only.
+        execution['fp32_gradients'] = True
     notes = r.get('notes', '')
     # Token dropping at capacity 1.0, padded to capacity: every expert computes exactly the mean load.
     if 'moe_expert_capacity_factor=1.0' in notes: execution['moe_capacity_factor'] = 1.0
