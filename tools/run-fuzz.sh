@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Runs each libFuzzer target for SECONDS from the seed corpus in tests/fuzz/corpus; a crash
 # leaves its input in BUILD/fuzz-artifacts and fails the script (turn it into a regression test).
-# With FUZZ_RUNS=N each target instead runs exactly N inputs from seed 1 (reproducible; CI).
+# With FUZZ_RUNS=N each target instead runs exactly N inputs from seed 1 (CI; which inputs libFuzzer
+# tries still varies a little between machines, so CI may reach one a local run did not).
 set -euo pipefail
 BUILD=${1:-build-fuzz}
 SECONDS_PER_TARGET=${2:-60}
 mkdir -p "$BUILD/fuzz-artifacts"
 for target in model cluster plan trace calibration runs; do
   corpus="$BUILD/fuzz-corpus/$target"
-  if [[ -n "${FUZZ_RUNS:-}" ]]; then rm -rf "$corpus"; fi  # reproducible: start from the seeds alone
+  if [[ -n "${FUZZ_RUNS:-}" ]]; then rm -rf "$corpus"; fi  # start from the seeds alone
   mkdir -p "$corpus"
   cp -n tests/fuzz/corpus/$target/* "$corpus/" 2>/dev/null || true
   binary="$BUILD/bin/${target}_fuzz"
