@@ -48,7 +48,8 @@ TierBytes bytes_by_tier(const ClusterSpec& c, const Plan& plan, const CommBytes&
 }
 
 StepReport estimate_step(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
-  return estimate_step(m, c, plan, layer_timing(m, c, plan), edge_timing(m, c, plan));
+  const LayerTiming layer = layer_timing(m, c, plan);
+  return estimate_step(m, c, plan, layer, edge_timing(m, c, plan, layer));
 }
 
 namespace {

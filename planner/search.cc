@@ -55,7 +55,7 @@ class TimingTable {
             p.tp_across_nodes = true;  // placement only; legality is checked per plan
             const bool ok = valid(m, shape);
             layers_.push_back(ok ? layer_timing(m, c, p) : LayerTiming{});
-            edges_.push_back(ok ? edge_timing(m, c, p) : EdgeTiming{});
+            edges_.push_back(ok ? edge_timing(m, c, p, layers_.back()) : EdgeTiming{});
           }
         }
       }

@@ -429,7 +429,7 @@ LossBytes loss_bytes_per_logit(LossKernel kernel, double logit_bytes) {
   return {};
 }
 
-EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
+EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan, const LayerTiming& layer) {
   const GpuSpec& gpu = c.gpu;
   const Precision base = base_precision(plan.precision);  // the output layer stays in bf16 under FP8
   const double tokens = d(plan.seq_len / plan.cp) * d(plan.micro_batch);
@@ -461,7 +461,6 @@ EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& pla
     // then the head as above (its final norm included).
     const double depths = d(m.mtp_layers);
     const double eh_s = gemm_time_s(gpu, base, Gemm{"eh_proj", static_cast<int64_t>(tokens), m.hidden / plan.tp, 2 * m.hidden});
-    const LayerTiming layer = layer_timing(m, c, plan);
     e.last_forward_s += depths * (2 * norm_s + eh_s + layer.forward_s + head_forward_s);
     e.last_backward_input_s += depths * (4 * norm_s + eh_s + layer.backward_input_s + head_backward_input_s);
     e.last_backward_weight_s += depths * (eh_s + layer.backward_weight_s + gemm_s);
@@ -499,7 +498,7 @@ LinkTier group_link(const ClusterSpec& c, const Plan& plan, GroupKind kind) {
 }
 
 OpCosts::OpCosts(const ModelSpec& m, const ClusterSpec& c, const Plan& plan)
-    : m_(m), c_(c), p_(plan), layer_(layer_timing(m, c, plan)), edge_(edge_timing(m, c, plan)),
+    : m_(m), c_(c), p_(plan), layer_(layer_timing(m, c, plan)), edge_(edge_timing(m, c, plan, layer_)),
       p2p_(pipeline_transfer(m, c, plan)), host_(c.calibration.host_cost(plan.execution.framework)) {
   if (m.has_dense_layers()) dense_layer_ = layer_timing(dense_layer_model(m), c, plan);  // leading or interleaved
   overlapped_layer_ = exchange_overlapped(layer_, splits_weight_gradients(plan.schedule), c.calibration.ep_overlap_exposed);

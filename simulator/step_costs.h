@@ -75,7 +75,12 @@ struct EdgeTiming {
   double first_forward_s = 0, first_backward_s = 0;
   double last_forward_s = 0, last_backward_input_s = 0, last_backward_weight_s = 0;
 };
-EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan);
+// `layer` is the model's (MoE) layer_timing, which each multi-token-prediction depth runs once more
+// on the last stage; callers that have it pass it rather than price it again.
+EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan, const LayerTiming& layer);
+inline EdgeTiming edge_timing(const ModelSpec& m, const ClusterSpec& c, const Plan& plan) {
+  return edge_timing(m, c, plan, m.mtp_layers > 0 ? layer_timing(m, c, plan) : LayerTiming{});
+}
 
 // One pipeline transfer: the boundary activation (or its gradient) of one micro-batch. Megatron
 // splits it over the TP ranks, each sending 1/t (scatter-gather); without SP the receiver then
